@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Create (or update) the project's virtual environment in .venv/ at the repo root.
+# Usage: bash local/setup_env.sh      (idempotent: does nothing when .venv is up to date)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv="$root/.venv"
+python=${PYTHON:-python3}
+# torch and torchaudio must match (espnet imports torchaudio); espnet 202511 needs setuptools<74.
+pins=("setuptools<74" "wheel" "torch==2.11.0" "torchaudio==2.11.0" "espnet==202511")
+stamp="$venv/.slm_lm_env"
+want=$(cat "$root/setup.cfg" "$0" | sha1sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+echo "setup_env: installing the environment in $venv (first run takes a few minutes)" >&2
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+# Keep the venv's own pip: newer pips reject a dependency of espnet (a direct-URL extra of ci_sdr).
+"$venv/bin/pip" install -q "${pins[@]}"
+"$venv/bin/pip" install -q --no-build-isolation -e "$root[espnet,hf,test]"
+echo "$want" > "$stamp"

@@ -1,0 +1,142 @@
+"""The Transformer backbone every LM kind shares: BERT-style embeddings, post-LN layers, tied LM head.
+
+Attention uses `torch.nn.functional.scaled_dot_product_attention` (fused kernels on CPU and GPU).
+Boolean masks follow SDPA's convention: True = may attend.
+"""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from slm_lm.config import LMConfig
+
+
+class Embeddings(nn.Module):
+    """Token + learned absolute position embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, cfg: LMConfig):
+        super().__init__()
+        self.tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.positions = nn.Embedding(cfg.max_positions, cfg.d_model)
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        return self.dropout(self.norm(self.tokens(tokens) + self.positions(positions)))
+
+    def query_stream(self, mask_id: int, batch: int, length: int, device) -> torch.Tensor:
+        """SLM query-stream input: the <mask> embedding plus each position's embedding."""
+        mask_tokens = torch.full((batch, length), mask_id, dtype=torch.long, device=device)
+        return self(mask_tokens)
+
+
+class TransformerLayer(nn.Module):
+    """Post-LN layer: x = LN(x + Attn(x)); x = LN(x + FFN(x)).
+
+    `project` and `finish` are exposed separately so that the sliding LM can run several streams
+    through the same weights while computing keys/values once.
+    """
+
+    def __init__(self, cfg: LMConfig):
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.d_model = cfg.d_model
+        self.dropout_p = cfg.dropout
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model)
+        self.attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.ff = nn.Sequential(
+            nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model)
+        )
+        self.ff_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_heads, self.d_model // self.n_heads).transpose(1, 2)
+
+    def project(self, x: torch.Tensor):
+        """Queries, keys and values, each [B, H, T, d_head]."""
+        return [self._heads(part) for part in self.qkv(x).split(self.d_model, dim=-1)]
+
+    def project_query(self, x: torch.Tensor) -> torch.Tensor:
+        """Queries only (the SLM query stream supplies no keys or values)."""
+        w, b = self.qkv.weight[: self.d_model], self.qkv.bias[: self.d_model]
+        return self._heads(F.linear(x, w, b))
+
+    def attend(self, q, k, v, mask=None, is_causal=False) -> torch.Tensor:
+        """Scaled dot-product attention, heads merged back: [B, T, d_model]."""
+        p = self.dropout_p if self.training else 0.0
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal)
+        b, h, t, d = a.shape
+        return a.transpose(1, 2).reshape(b, t, h * d)
+
+    def finish(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """Output projection, residuals, FFN and the two LayerNorms."""
+        x = self.attn_norm(x + self.dropout(self.out(attended)))
+        return self.ff_norm(x + self.dropout(self.ff(x)))
+
+    def forward(self, x: torch.Tensor, mask=None, is_causal=False) -> torch.Tensor:
+        return self.finish(x, self.attend(*self.project(x), mask=mask, is_causal=is_causal))
+
+
+class LMHead(nn.Module):
+    """dense -> gelu -> LayerNorm -> projection tied to the token embedding (+ bias)."""
+
+    def __init__(self, cfg: LMConfig, embedding: nn.Embedding):
+        super().__init__()
+        self.dense = nn.Linear(cfg.d_model, cfg.d_model)
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.embedding = embedding
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.norm(F.gelu(self.dense(h))), self.embedding.weight, self.bias)
+
+
+def init_weights(module: nn.Module) -> None:
+    """BERT initialisation: N(0, 0.02) weights, zero biases, unit LayerNorms."""
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
+def valid_mask(lengths: torch.Tensor, length: int) -> torch.Tensor:
+    """[B, T] True at real (non-padding) positions."""
+    return torch.arange(length, device=lengths.device)[None, :] < lengths[:, None]
+
+
+def sliding_masks(lengths: torch.Tensor, length: int):
+    """Masks of the triple-stream attention.
+
+    Returns (content [2B, 1, T, T], query [B, 1, T, 2T]). Content rows 0..B-1 are the forward stream
+    (j <= i), rows B..2B-1 the backward stream (j >= i); padded keys are blocked and a padded query row
+    may attend to itself so that no row is empty. The query stream attends the forward half for j < i
+    and the backward half for j > i: it never sees x_i.
+    """
+    valid = valid_mask(lengths, length)[:, None, :]  # [B, 1, T] keys
+    i = torch.arange(length, device=lengths.device)
+    before = i[None, :] < i[:, None]  # [T, T] j < i
+    after = i[None, :] > i[:, None]
+    eye = torch.eye(length, dtype=torch.bool, device=lengths.device)
+    forward = (before | eye) & valid
+    backward = ((after | eye) & valid) | eye
+    content = torch.cat([forward, backward])[:, None]
+    query = torch.cat([before & valid, after & valid], dim=-1)[:, None]
+    return content, query
+
+
+def check_batch(tokens: torch.Tensor, lengths: torch.Tensor, max_positions: int) -> None:
+    """Reject batches the models cannot score (each row needs <s> and </s>)."""
+    if tokens.dim() != 2 or lengths.dim() != 1 or tokens.shape[0] != lengths.shape[0]:
+        raise ValueError(f"expected tokens [B,T] and lengths [B], got {tuple(tokens.shape)} and {tuple(lengths.shape)}")
+    if tokens.shape[1] > max_positions:
+        raise ValueError(f"sequence length {tokens.shape[1]} exceeds max_positions={max_positions}")
+    if len(lengths) and (int(lengths.min()) < 2 or int(lengths.max()) > tokens.shape[1]):
+        raise ValueError("every length must be >= 2 (<s> and </s>) and <= the padded length")
+

@@ -1,0 +1,230 @@
+"""The four LM kinds on one backbone: sliding (SLM), causal (CLM), masked (MLM) and ELMo-style Bi-LM.
+
+Every model takes `tokens` [B, T] = `<s> x_1 .. x_n </s>` + padding and `lengths` [B] = n + 2, and
+scores the same positions: 1 .. length-1 (every real token and the end of sentence). Position 0 and
+padding get 0. Log-probabilities are normalised over the whole vocabulary, special symbols included.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from slm_lm.backbone import (
+    Embeddings,
+    LMHead,
+    TransformerLayer,
+    check_batch,
+    init_weights,
+    sliding_masks,
+    valid_mask,
+)
+from slm_lm.config import LMConfig
+
+
+def scored_mask(lengths: torch.Tensor, length: int) -> torch.Tensor:
+    """[B, T] True at the scored positions 1 .. length-1."""
+    mask = valid_mask(lengths, length)
+    mask[:, 0] = False
+    return mask
+
+
+def gather_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log softmax (in float32 or wider) of `logits` [..., V] taken at `targets` [...]."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+class LanguageModel(nn.Module):
+    """Shared parts: config, embeddings, tied head, and the scoring/loss contract."""
+
+    def __init__(self, cfg: LMConfig):
+        super().__init__()
+        self.config = cfg
+        self.embed = Embeddings(cfg)
+        self.layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.n_layers))
+        self.head = LMHead(cfg, self.embed.tokens)
+
+    def token_logprobs(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """log P(x_i | the context this kind allows) at positions 1..length-1, 0 elsewhere: [B, T]."""
+        check_batch(tokens, lengths, self.config.max_positions)
+        mask = scored_mask(lengths, tokens.shape[1])
+        logprobs = self._scored_logprobs(tokens, lengths, mask)
+        out = logprobs.new_zeros(tokens.shape)
+        out[mask] = logprobs
+        return out
+
+    def loss(self, tokens: torch.Tensor, lengths: torch.Tensor):
+        """(summed cross-entropy of this kind's training objective, number of predicted tokens)."""
+        check_batch(tokens, lengths, self.config.max_positions)
+        mask = scored_mask(lengths, tokens.shape[1])
+        logprobs = self._scored_logprobs(tokens, lengths, mask)
+        return -logprobs.sum(), int(mask.sum())
+
+    def _scored_logprobs(self, tokens, lengths, mask) -> torch.Tensor:
+        """Log-probs of tokens[mask], in row-major order of `mask`."""
+        raise NotImplementedError
+
+
+class SlidingLM(LanguageModel):
+    """Transcormer: triple-stream self-attention; query i sees forward states j < i and backward j > i."""
+
+    def _scored_logprobs(self, tokens, lengths, mask):
+        b, t = tokens.shape
+        content_mask, query_mask = sliding_masks(lengths, t)
+        x = self.embed(tokens)
+        f, bw = x, x
+        q = self.embed.query_stream(self.config.mask_id, b, t, tokens.device)
+        for layer in self.layers:
+            qc, kc, vc = layer.project(torch.cat([f, bw]))
+            content = layer.attend(qc, kc, vc, mask=content_mask)
+            keys = torch.cat([kc[:b], kc[b:]], dim=2)  # [B, H, 2T, d]: forward half, backward half
+            values = torch.cat([vc[:b], vc[b:]], dim=2)
+            query = layer.attend(layer.project_query(q), keys, values, mask=query_mask)
+            f, bw, q = layer.finish(torch.cat([f, bw, q]), torch.cat([content, query])).split(b)
+        return gather_logprobs(self.head(q[mask]), tokens[mask])
+
+
+class CausalLM(LanguageModel):
+    """GPT-style: log P(x_i | x_<i), read from the state at i-1."""
+
+    def _scored_logprobs(self, tokens, lengths, mask):
+        h = self.embed(tokens)
+        for layer in self.layers:
+            # Right padding: real rows never see padded keys under the causal mask.
+            h = layer(h, is_causal=True)
+        previous = F.pad(h, (0, 0, 1, 0))[:, : tokens.shape[1]]  # row i holds the state at i-1
+        return gather_logprobs(self.head(previous[mask]), tokens[mask])
+
+
+class MaskedLM(LanguageModel):
+    """BERT-style. Scoring is the pseudo-log-likelihood: one masked copy per group of positions.
+
+    `k` tokens are masked per pass (k=1: classic PLL, n passes). `k` may also be "n/m": m passes with
+    the positions split into m groups. Groups are a seeded random partition (`seed`), so every position
+    is scored exactly once and results are reproducible. Copies run in chunks of at most
+    `max_tokens` tokens, never all at once.
+    """
+
+    def __init__(self, cfg: LMConfig, k=1, seed: int = 0, max_tokens: int = 16384):
+        super().__init__(cfg)
+        self.k, self.seed, self.max_tokens = k, seed, max_tokens
+
+    def encode(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Bidirectional encoder states [B, T, d]; padded keys blocked."""
+        keys = valid_mask(lengths, tokens.shape[1])[:, None, None, :]
+        h = self.embed(tokens)
+        for layer in self.layers:
+            h = layer(h, mask=keys)
+        return h
+
+    def groups(self, n: int) -> list:
+        """Partition of positions 1..n into groups masked together in one pass."""
+        if isinstance(self.k, str):
+            num, _, den = self.k.partition("/")
+            if num != "n" or not den.isdigit() or int(den) < 1:
+                raise ValueError(f"k must be a positive int or 'n/m', got {self.k!r}")
+            n_groups = min(n, int(den))
+        else:
+            if int(self.k) < 1:
+                raise ValueError(f"k must be >= 1, got {self.k}")
+            n_groups = math.ceil(n / int(self.k))
+        positions = torch.arange(1, n + 1)
+        if n_groups < n:
+            generator = torch.Generator().manual_seed(self.seed + n)
+            positions = positions[torch.randperm(n, generator=generator)] if n_groups > 1 else positions
+        return [g for g in positions.tensor_split(n_groups) if len(g)]
+
+    def _scored_logprobs(self, tokens, lengths, mask):
+        t = tokens.shape[1]
+        rows, masks = [], []
+        for row, length in enumerate(lengths.tolist()):
+            for group in self.groups(length - 1):
+                m = torch.zeros(t, dtype=torch.bool)
+                m[group] = True
+                rows.append(row)
+                masks.append(m)
+        rows = torch.tensor(rows, device=tokens.device)
+        masks = torch.stack(masks).to(tokens.device)
+        out = None
+        chunk = max(1, self.max_tokens // t)
+        for start in range(0, len(rows), chunk):
+            r, m = rows[start : start + chunk], masks[start : start + chunk]
+            copies = tokens[r].masked_fill(m, self.config.mask_id)
+            h = self.encode(copies, lengths[r])
+            logprobs = gather_logprobs(self.head(h[m]), tokens[r][m])
+            if out is None:
+                out = logprobs.new_zeros(tokens.shape)
+            out[r[:, None].expand_as(m)[m], m.nonzero()[:, 1]] = logprobs
+        return out[mask]
+
+    def loss(self, tokens: torch.Tensor, lengths: torch.Tensor):
+        """BERT objective: 15% of positions 1..length-1 (at least one per row), 80/10/10 corruption."""
+        check_batch(tokens, lengths, self.config.max_positions)
+        scored = scored_mask(lengths, tokens.shape[1])
+        noise = torch.rand(tokens.shape, device=tokens.device).masked_fill(~scored, 2.0)
+        selected = (noise < 0.15) & scored
+        first = noise.argmin(dim=1)  # guarantee one prediction per row
+        selected[torch.arange(len(tokens)), first] = True
+        action = torch.rand(tokens.shape, device=tokens.device)
+        replace_mask = selected & (action < 0.8)
+        replace_random = selected & (action >= 0.8) & (action < 0.9)
+        # Random replacements come from the ordinary pieces (ids 2 .. V-3 in the token-list layout).
+        random_tokens = torch.randint(2, max(3, self.config.vocab_size - 2), tokens.shape, device=tokens.device)
+        corrupted = tokens.masked_fill(replace_mask, self.config.mask_id)
+        corrupted = torch.where(replace_random, random_tokens, corrupted)
+        h = self.encode(corrupted, lengths)
+        logprobs = gather_logprobs(self.head(h[selected]), tokens[selected])
+        return -logprobs.sum(), int(selected.sum())
+
+
+class BiLM(LanguageModel):
+    """ELMo-style: separate forward and backward towers joined only at the output.
+
+    x_i is predicted from [forward state at i-1 ; backward state at i+1] through one projection and the
+    shared head. For the final </s> there is no right context: a learned "empty context" vector stands
+    in for the backward state.
+    """
+
+    def __init__(self, cfg: LMConfig):
+        super().__init__(cfg)
+        self.backward_layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.n_layers))
+        self.join = nn.Linear(2 * cfg.d_model, cfg.d_model)
+        self.empty_context = nn.Parameter(torch.zeros(cfg.d_model))
+
+    def _scored_logprobs(self, tokens, lengths, mask):
+        t = tokens.shape[1]
+        x = self.embed(tokens)
+        f = x
+        for layer in self.layers:
+            f = layer(f, is_causal=True)
+        content_mask, _ = sliding_masks(lengths, t)
+        backward_mask = content_mask[len(tokens) :]
+        bw = x
+        for layer in self.backward_layers:
+            bw = layer(bw, mask=backward_mask)
+        # Row i of `left` is the forward state at i-1; row i of `right` the backward state at i+1,
+        # or the empty-context vector where i+1 is past the sentence (the final </s>).
+        left = F.pad(f, (0, 0, 1, 0))[:, :t]
+        right = F.pad(bw, (0, 0, 0, 1))[:, 1:]
+        has_right = valid_mask(lengths - 1, t)
+        right = torch.where(has_right[..., None], right, self.empty_context.to(bw.dtype))
+        joined = self.join(torch.cat([left[mask], right[mask]], dim=-1))
+        return gather_logprobs(self.head(joined), tokens[mask])
+
+
+MODELS = {"slm": SlidingLM, "clm": CausalLM, "mlm": MaskedLM, "bilm": BiLM}
+
+
+def build_lm(kind: str, vocab_size: int, size: str = "small", **overrides) -> LanguageModel:
+    """An LM of `kind` (slm, clm, mlm, bilm) and named `size` (tiny, mini, small, base), BERT-initialised."""
+    return model_from_config(LMConfig.from_size(kind, vocab_size, size, **overrides))
+
+
+def model_from_config(cfg: LMConfig) -> LanguageModel:
+    """A freshly initialised model for `cfg`."""
+    model = MODELS[cfg.kind](cfg)
+    init_weights(model)
+    if isinstance(model, BiLM):
+        nn.init.normal_(model.empty_context, std=0.02)
+    return model

@@ -1,0 +1,223 @@
+"""Model contract: no leakage, causal CLM, SLM against a slow reference, padding invariance, PLL."""
+import math
+
+import pytest
+import torch
+
+from slm_lm import build_lm
+from slm_lm.config import LMConfig
+
+V = 13  # tiny vocabulary: 0 pad, 1 unk, 2..10 pieces, 11 <mask>, 12 <sos/eos>
+EOS = V - 1
+
+
+def make_model(kind, **kw):
+    torch.manual_seed(0)
+    model = build_lm(kind, V, size="tiny", max_positions=32, dropout=0.0, **kw)
+    return model.double().eval()
+
+
+def batch(*sentences):
+    """Pad `<s> x </s>` rows; returns tokens [B,T], lengths [B]."""
+    rows = [[EOS, *s, EOS] for s in sentences]
+    lengths = torch.tensor([len(r) for r in rows])
+    tokens = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long)
+    for i, r in enumerate(rows):
+        tokens[i, : len(r)] = torch.tensor(r)
+    return tokens, lengths
+
+
+SENTENCES = ([3, 4, 5, 6, 7, 8], [9, 2, 5])
+
+
+@pytest.mark.parametrize("kind", ["slm", "mlm", "bilm"])
+def test_bidirectional_kinds_do_not_see_the_scored_token(kind):
+    """Substituting every symbol v at position i gives P(v | context) summing to 1: x_i is never seen.
+
+    A model that leaks x_i into its prediction at i does not sum to 1. Checked at every position of a
+    padded batch, and the score at i must move when a neighbour changes.
+    """
+    model = make_model(kind)
+    tokens, lengths = batch(*SENTENCES)
+    for row in range(len(tokens)):
+        for i in range(1, int(lengths[row])):
+            copies = tokens[row].repeat(V, 1)
+            copies[:, i] = torch.arange(V)
+            rows = torch.cat([copies, tokens])  # keep the padded batch around the copies
+            lens = torch.cat([lengths[row].repeat(V), lengths])
+            with torch.no_grad():
+                lp = model.token_logprobs(rows, lens)[:V, i]
+            assert torch.isfinite(lp).all()
+            assert math.isclose(float(lp.exp().sum()), 1.0, abs_tol=1e-9), (kind, row, i)
+            for j in (i - 1, i + 1):
+                if 1 <= j < int(lengths[row]) - 1:
+                    changed = tokens[row : row + 1].clone()
+                    changed[0, j] = 2 if changed[0, j] != 2 else 3
+                    with torch.no_grad():
+                        before = model.token_logprobs(tokens[row : row + 1], lengths[row : row + 1])[0, i]
+                        after = model.token_logprobs(changed, lengths[row : row + 1])[0, i]
+                    assert abs(float(before - after)) > 1e-6, (kind, row, i, j)
+
+
+def test_clm_ignores_the_future():
+    model = make_model("clm")
+    tokens, lengths = batch(*SENTENCES)
+    with torch.no_grad():
+        base = model.token_logprobs(tokens, lengths)
+        for j in range(1, int(lengths[0]) - 1):
+            changed = tokens.clone()
+            changed[0, j] = 2 if changed[0, j] != 2 else 3
+            new = model.token_logprobs(changed, lengths)
+            assert torch.equal(new[0, :j], base[0, :j])
+            assert not torch.equal(new[0, j + 1], base[0, j + 1])
+
+
+def naive_attention(q, k, v, allowed):
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1) @ v
+
+
+def slow_slm_reference(model, sentence):
+    """Position by position: forward stream on the prefix, backward on the suffix, query on both."""
+    tokens, _ = batch(sentence)
+    t = tokens.shape[1]
+    x = model.embed(tokens)
+    q0 = model.embed.query_stream(model.config.mask_id, 1, t, tokens.device)
+    out = []
+    for i in range(1, t):
+        f, b, q = x[:, :i], x[:, i + 1 :], q0[:, i : i + 1]
+        for layer in model.layers:
+            heads = layer._heads
+            # forward stream on the prefix (causal), backward stream on the suffix (anti-causal)
+            fq, fk, fv = layer.project(f)
+            causal = torch.ones(i, i, dtype=torch.bool).tril()
+            f_next = layer.finish(f, naive_attention(fq, fk, fv, causal).transpose(1, 2).flatten(2))
+            if b.shape[1]:
+                bq, bk, bv = layer.project(b)
+                anti = torch.ones(b.shape[1], b.shape[1], dtype=torch.bool).triu()
+                b_next = layer.finish(b, naive_attention(bq, bk, bv, anti).transpose(1, 2).flatten(2))
+                keys, values = torch.cat([fk, bk], 2), torch.cat([fv, bv], 2)
+            else:
+                b_next, keys, values = b, fk, fv
+            qq = heads(torch.nn.functional.linear(q, layer.qkv.weight[: layer.d_model], layer.qkv.bias[: layer.d_model]))
+            allowed = torch.ones(1, keys.shape[2], dtype=torch.bool)
+            q = layer.finish(q, naive_attention(qq, keys, values, allowed).transpose(1, 2).flatten(2))
+            f, b = f_next, b_next
+        logits = model.head(q[0, 0])
+        out.append(torch.log_softmax(logits, -1)[tokens[0, i]])
+    return torch.stack(out)
+
+
+def test_slm_matches_slow_reference():
+    model = make_model("slm")
+    for sentence in SENTENCES:
+        tokens, lengths = batch(*SENTENCES)
+        row = SENTENCES.index(sentence)
+        with torch.no_grad():
+            fast = model.token_logprobs(tokens, lengths)[row, 1 : int(lengths[row])]
+            slow = slow_slm_reference(model, sentence)
+        assert torch.allclose(fast, slow, atol=1e-5), (fast, slow)
+
+
+@pytest.mark.parametrize("kind", ["slm", "clm", "mlm", "bilm"])
+def test_alone_equals_inside_padded_batch(kind):
+    torch.manual_seed(0)
+    model = build_lm(kind, V, size="tiny", max_positions=32).eval()  # float32, dropout inactive in eval
+    short = [4, 5, 6]
+    alone_t, alone_l = batch(short)
+    mixed_t, mixed_l = batch([3, 4, 5, 6, 7, 8, 9, 2, 3], short, [2] * 12)
+    with torch.no_grad():
+        alone = model.token_logprobs(alone_t, alone_l)[0]
+        mixed = model.token_logprobs(mixed_t, mixed_l)[1]
+    assert torch.allclose(alone, mixed[: alone_t.shape[1]], atol=1e-5)
+    assert torch.all(mixed[alone_t.shape[1] :] == 0)
+    assert alone[0] == 0 and torch.all(alone[1:] < 0)
+
+
+def test_mlm_pll_equals_explicit_single_mask_passes():
+    model = make_model("mlm")
+    tokens, lengths = batch(*SENTENCES)
+    with torch.no_grad():
+        pll = model.token_logprobs(tokens, lengths)
+        for row in range(len(tokens)):
+            n = int(lengths[row])
+            for i in range(1, n):
+                copy = tokens[row : row + 1, :n].clone()
+                copy[0, i] = model.config.mask_id
+                h = model.encode(copy, lengths[row : row + 1])
+                expected = torch.log_softmax(model.head(h[0, i]), -1)[tokens[row, i]]
+                assert torch.allclose(pll[row, i], expected, atol=1e-10)
+
+
+@pytest.mark.parametrize("k, passes", [(2, 4), (3, 3), ("n/3", 3), ("n/2", 2), (1, 7)])
+def test_mlm_k_scores_each_position_once(k, passes):
+    model = make_model("mlm")
+    model.k = k
+    groups = model.groups(7)
+    assert len(groups) == passes
+    assert sorted(torch.cat(groups).tolist()) == list(range(1, 8))
+    tokens, lengths = batch(SENTENCES[0])  # 6 pieces + </s> = 7 scored positions
+    calls = []
+    hook = model.layers[0].register_forward_hook(lambda m, i, o: calls.append(o.shape[0]))
+    with torch.no_grad():
+        lp = model.token_logprobs(tokens, lengths)
+    hook.remove()
+    assert sum(calls) == passes
+    assert torch.all(lp[0, 1:] < 0) and lp[0, 0] == 0
+
+
+def test_mlm_chunks_copies_under_memory_budget():
+    model = make_model("mlm")
+    tokens, lengths = batch(*SENTENCES)
+    with torch.no_grad():
+        expected = model.token_logprobs(tokens, lengths)
+        model.max_tokens = 2 * tokens.shape[1]  # two copies per pass
+        sizes = []
+        hook = model.layers[0].register_forward_hook(lambda m, i, o: sizes.append(o.shape[0]))
+        chunked = model.token_logprobs(tokens, lengths)
+        hook.remove()
+    assert max(sizes) == 2 and sum(sizes) == int((lengths - 1).sum())
+    assert torch.allclose(expected, chunked, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["slm", "clm", "bilm"])
+def test_loss_is_negative_sum_of_token_logprobs(kind):
+    model = make_model(kind)
+    tokens, lengths = batch(*SENTENCES)
+    loss, n = model.loss(tokens, lengths)
+    assert n == int((lengths - 1).sum())
+    assert torch.allclose(loss, -model.token_logprobs(tokens, lengths).sum())
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_mlm_loss_masks_about_fifteen_percent():
+    torch.manual_seed(1)
+    model = build_lm("mlm", V, size="tiny", max_positions=128)
+    tokens = torch.randint(2, V - 2, (8, 100))
+    tokens[:, 0] = tokens[:, -1] = EOS
+    loss, n = model.loss(tokens, torch.full((8,), 100))
+    assert 0.10 * 8 * 99 < n < 0.20 * 8 * 99
+    assert torch.isfinite(loss)
+
+
+def test_bad_batches_and_configs_are_rejected():
+    model = make_model("slm")
+    with pytest.raises(ValueError, match="length"):
+        model.token_logprobs(torch.tensor([[EOS]]), torch.tensor([1]))
+    with pytest.raises(ValueError, match="max_positions"):
+        model.token_logprobs(torch.full((1, 40), 3), torch.tensor([40]))
+    with pytest.raises(ValueError, match="kind"):
+        build_lm("gpt", V)
+    with pytest.raises(ValueError, match="size"):
+        build_lm("slm", V, size="huge")
+    with pytest.raises(ValueError, match="divisible"):
+        build_lm("slm", V, size="tiny", n_heads=3)
+    assert LMConfig.from_dict(model.config.to_dict()) == model.config
+
+
+def test_named_sizes_have_the_paper_parameter_counts():
+    """base ~110M and small ~34M with a BERT-sized vocabulary (the paper's Transcormer sizes)."""
+    base = sum(p.numel() for p in build_lm("slm", 30522, "base").parameters())
+    small = sum(p.numel() for p in build_lm("slm", 30522, "small").parameters())
+    assert 105e6 < base < 115e6 and 30e6 < small < 38e6
