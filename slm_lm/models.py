@@ -75,12 +75,16 @@ class SlidingLM(LanguageModel):
         x = self.embed(tokens)
         f, bw = x, x
         q = self.embed.query_stream(self.config.mask_id, b, t, tokens.device)
-        for layer in self.layers:
+        last = len(self.layers) - 1
+        for depth, layer in enumerate(self.layers):
             qc, kc, vc = layer.project(torch.cat([f, bw]))
-            content = layer.attend(qc, kc, vc, mask=content_mask)
             keys = torch.cat([kc[:b], kc[b:]], dim=2)  # [B, H, 2T, d]: forward half, backward half
             values = torch.cat([vc[:b], vc[b:]], dim=2)
             query = layer.attend(layer.project_query(q), keys, values, mask=query_mask)
+            if depth == last:  # the final content streams are discarded: update the query stream only
+                q = layer.finish(q, query)
+                break
+            content = layer.attend(qc, kc, vc, mask=content_mask)
             f, bw, q = layer.finish(torch.cat([f, bw, q]), torch.cat([content, query])).split(b)
         return gather_logprobs(self.head(q[mask]), tokens[mask])
 

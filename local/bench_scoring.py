@@ -1,0 +1,180 @@
+"""Scoring speed of slm / mlm (PLL) / clm / bilm at equal size: latency (batch 1) and throughput.
+
+Prints the paper-style latency table and the ratios MLM/SLM and SLM/CLM measured in this run.
+Weights are random: speed does not depend on them. Example (the BENCHMARKS.md run):
+
+    .venv/bin/python local/bench_scoring.py --sizes small,base --lengths 10,100,500 --threads 2
+
+MLM-PLL scores n masked copies of an n-token sentence in chunks of `--mlm-max-tokens` tokens. With
+`--mlm-sample-chunks C`, only the first C chunks are timed and the time is scaled by the number of
+chunks (all chunks have the same shape, so cost is linear in them); such cells are marked with '~'.
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+import torch
+
+from slm_lm import build_lm
+from slm_lm.models import MaskedLM, gather_logprobs
+
+
+def sentences(n_tokens: int, batch: int, vocab: int, generator) -> tuple:
+    """`batch` random sentences of n_tokens pieces, as `<s> x </s>` rows."""
+    tokens = torch.randint(2, vocab - 2, (batch, n_tokens + 2), generator=generator)
+    tokens[:, 0] = tokens[:, -1] = vocab - 1
+    return tokens, torch.full((batch,), n_tokens + 2)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_call(fn, device, repeats: int) -> float:
+    """Median wall time of fn() in seconds, after one warm-up call."""
+    fn()
+    sync(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def sampled_mlm_time(model: MaskedLM, tokens, lengths, chunks: int, device, repeats: int):
+    """Time of the first `chunks` PLL chunks, scaled to all chunks. Returns (seconds, exact?)."""
+    b, t = tokens.shape
+    copies_total = int((lengths - 1).sum())
+    per_chunk = max(1, model.max_tokens // t)
+    n_chunks = math.ceil(copies_total / per_chunk)
+    if n_chunks <= chunks:
+        return time_call(lambda: model.token_logprobs(tokens, lengths), device, repeats), True
+    rows = torch.arange(per_chunk, device=device) % b
+    positions = 1 + torch.arange(per_chunk, device=device) % (t - 1)
+    masks = torch.zeros(per_chunk, t, dtype=torch.bool, device=device)
+    masks[torch.arange(per_chunk), positions] = True
+
+    def one_chunk():
+        copies = tokens[rows].masked_fill(masks, model.config.mask_id)
+        h = model.encode(copies, lengths[rows])
+        gather_logprobs(model.head(h[masks]), tokens[rows][masks])
+
+    def sampled():
+        for _ in range(chunks):
+            one_chunk()
+
+    return time_call(sampled, device, repeats) * n_chunks / chunks, False
+
+
+def run(args):
+    device = torch.device(args.device)
+    torch.set_num_threads(args.threads)
+    generator = torch.Generator().manual_seed(0)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+    results = []
+    for size in args.sizes.split(","):
+        for kind in args.kinds.split(","):
+            torch.manual_seed(0)
+            model = build_lm(kind, args.vocab, size=size, max_positions=max(args.lengths) + 2).to(device).eval()
+            if isinstance(model, MaskedLM):
+                model.max_tokens = args.mlm_max_tokens
+            for n in args.lengths:
+                for mode in ("latency", "throughput"):
+                    batch = 1 if mode == "latency" else max(1, args.batch_tokens // (n + 2))
+                    tokens, lengths = sentences(n, batch, args.vocab, generator)
+                    tokens, lengths = tokens.to(device), lengths.to(device)
+                    with torch.inference_mode(), torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+                        if isinstance(model, MaskedLM) and args.mlm_sample_chunks:
+                            seconds, exact = sampled_mlm_time(
+                                model, tokens, lengths, args.mlm_sample_chunks, device, args.repeats
+                            )
+                        else:
+                            seconds = time_call(lambda: model.token_logprobs(tokens, lengths), device, args.repeats)
+                            exact = True
+                    row = dict(size=size, kind=kind, n=n, mode=mode, batch=batch, seconds=seconds, exact=exact,
+                               sentences_per_s=batch / seconds)
+                    results.append(row)
+                    print(json.dumps(row), file=sys.stderr, flush=True)
+    return results
+
+
+def fmt_time(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def report(results, args) -> str:
+    get = {(r["size"], r["kind"], r["n"], r["mode"]): r for r in results}
+    lines = [
+        f"device={args.device} threads={args.threads} dtype={args.dtype} vocab={args.vocab} torch={torch.__version__}",
+        "",
+        "Latency, batch 1 (median of %d runs; '~' = MLM extrapolated from sampled chunks)" % args.repeats,
+        "",
+        "| size | model | " + " | ".join(f"n={n}" for n in args.lengths) + " |",
+        "|---|---|" + "---|" * len(args.lengths),
+    ]
+    kinds = args.kinds.split(",")
+    for size in args.sizes.split(","):
+        for kind in kinds:
+            cells = []
+            for n in args.lengths:
+                r = get[(size, kind, n, "latency")]
+                cells.append(("~" if not r["exact"] else "") + fmt_time(r["seconds"]))
+            lines.append(f"| {size} | {kind} | " + " | ".join(cells) + " |")
+    lines += ["", "Throughput, sentences/s (batches of about %d tokens)" % args.batch_tokens, "",
+              "| size | model | " + " | ".join(f"n={n}" for n in args.lengths) + " |",
+              "|---|---|" + "---|" * len(args.lengths)]
+    for size in args.sizes.split(","):
+        for kind in kinds:
+            cells = []
+            for n in args.lengths:
+                r = get[(size, kind, n, "throughput")]
+                cells.append(("~" if not r["exact"] else "") + f"{r['sentences_per_s']:.2f}")
+            lines.append(f"| {size} | {kind} | " + " | ".join(cells) + " |")
+    if {"slm", "mlm", "clm"} <= set(kinds):
+        lines += ["", "Ratios of time per sentence (targets: MLM/SLM >= 0.9*n/3; SLM/CLM <= 3.3)", "",
+                  "| size | mode | n | MLM/SLM | 0.9*n/3 | SLM/CLM |", "|---|---|---|---|---|---|"]
+        for size in args.sizes.split(","):
+            for mode in ("latency", "throughput"):
+                for n in args.lengths:
+                    def per_sentence(kind):
+                        r = get[(size, kind, n, mode)]
+                        return r["seconds"] / r["batch"]
+                    slm = per_sentence("slm")
+                    lines.append(
+                        f"| {size} | {mode} | {n} | {per_sentence('mlm') / slm:.1f} | {0.9 * n / 3:.1f} | "
+                        f"{slm / per_sentence('clm'):.2f} |"
+                    )
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kinds", default="slm,mlm,clm,bilm")
+    p.add_argument("--sizes", default="small,base")
+    p.add_argument("--lengths", default="10,100,500", type=lambda s: [int(x) for x in s.split(",")])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--vocab", type=int, default=5000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--batch-tokens", type=int, default=8192)
+    p.add_argument("--mlm-max-tokens", type=int, default=16384)
+    p.add_argument("--mlm-sample-chunks", type=int, default=0, help="time only this many PLL chunks (0 = all)")
+    p.add_argument("--json", help="also write the raw measurements here")
+    args = p.parse_args(argv)
+    results = run(args)
+    text = report(results, args)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "results": results, "table": text}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

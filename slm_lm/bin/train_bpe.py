@@ -1,0 +1,32 @@
+"""slm-train-bpe: sentencepiece BPE on prepared LM text -> DIR/bpe.model + DIR/tokens.txt."""
+
+import argparse
+import sys
+import time
+
+from slm_lm.bpe import train_bpe
+from slm_lm.errors import InputError
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--text", required=True, help="training text, one normalised sentence per line")
+    parser.add_argument("--vocab-size", type=int, default=5000, help="sentencepiece vocabulary size")
+    parser.add_argument("--input-sentence-size", type=int, default=1_000_000,
+                        help="at most this many sentences (a seeded sample) are used for training")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-threads", type=int, default=1)
+    parser.add_argument("--out", required=True, help="output directory")
+    args = parser.parse_args(argv)
+    started = time.time()
+    try:
+        tokenizer = train_bpe(args.text, args.out, args.vocab_size, args.input_sentence_size, args.seed,
+                              args.num_threads)
+    except InputError as e:
+        sys.exit(f"error: {e}")
+    print(f"wrote {args.out}/bpe.model and {args.out}/tokens.txt: {tokenizer.vocab_size} tokens "
+          f"(<mask> {tokenizer.mask_id}, <sos/eos> {tokenizer.eos_id}) in {time.time() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Train a sentencepiece BPE model on prepared LM text and write `bpe.model` + ESPnet `tokens.txt`.
+
+Settings follow ESPnet's LibriSpeech recipe (model_type bpe, vocab 5000, character_coverage 1.0);
+training reads at most `input_sentence_size` sentences, drawn with a fixed seed, so that it runs in
+minutes on a CPU and gives the same model for the same text and settings.
+"""
+
+import re
+import tempfile
+from pathlib import Path
+
+import sentencepiece as spm
+
+from slm_lm.errors import InputError
+from slm_lm.tokenizer import BLANK, MASK, SOS_EOS, UNK, Tokenizer
+
+__all__ = ["train_bpe"]
+
+_CLEAN_LINE = re.compile(r"[A-Z']+(?: [A-Z']+)*\n?")
+
+
+def _check_text(path: Path, lines_to_check: int) -> None:
+    """The file must be non-empty and its first lines normalised sentences (slm-prepare-lm-text output)."""
+    number = 0
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if number > lines_to_check:
+                    break
+                if not _CLEAN_LINE.fullmatch(line):
+                    raise InputError(f"{path}:{number}: not a normalised sentence (A-Z, apostrophes, single "
+                                     f"spaces): {line[:80]!r}")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read the training text: {e}") from None
+    if number == 0:
+        raise InputError(f"{path}: training text is empty")
+
+
+def train_bpe(text, out_dir, vocab_size: int = 5000, input_sentence_size: int = 1_000_000, seed: int = 0,
+              num_threads: int = 1) -> Tokenizer:
+    """Train BPE on `text` (one normalised sentence per line); write `out_dir`/bpe.model + tokens.txt.
+
+    The token list is `<blank>`, `<unk>`, the pieces in sentencepiece order (its own `<unk>`, `<s>`,
+    `</s>` left out), `<mask>`, `<sos/eos>`: vocab_size - 3 + 4 entries.
+    """
+    text, out_dir = Path(text), Path(out_dir)
+    if not text.is_file():
+        raise InputError(f"{text}: training text not found")
+    _check_text(text, 1000)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spm.set_random_generator_seed(seed)
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".bpe.") as tmp:
+        prefix = Path(tmp) / "bpe"
+        try:
+            spm.SentencePieceTrainer.train(
+                input=str(text), model_prefix=str(prefix), vocab_size=vocab_size, model_type="bpe",
+                character_coverage=1.0, input_sentence_size=input_sentence_size,
+                shuffle_input_sentence=True, num_threads=num_threads, minloglevel=1,
+                unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+            )
+        except RuntimeError as e:
+            raise InputError(f"{text}: sentencepiece training failed: {e}") from None
+        sp = spm.SentencePieceProcessor(model_file=str(prefix) + ".model")
+        pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())
+                  if not (sp.is_unknown(i) or sp.is_control(i))]
+        tokenizer = Tokenizer(str(prefix) + ".model", [BLANK, UNK, *pieces, MASK, SOS_EOS])
+        tokenizer.save(out_dir)
+    return tokenizer

@@ -1,0 +1,198 @@
+"""Sentence scoring: tokenizer + LM, batched by a token budget, order preserved."""
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from slm_lm.config import LMConfig
+from slm_lm.errors import InputError
+from slm_lm.models import LanguageModel, MaskedLM, model_from_config
+from slm_lm.text_norm import normalize_librispeech
+from slm_lm.tokenizer import Tokenizer
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.pt"
+
+
+class Scorer:
+    """Scores sentences with an LM: `score` gives the sum of token log-probs (natural log) per sentence.
+
+    Every sentence is scored as `<s> pieces </s>`: the sum covers every piece and the end of sentence,
+    so the empty string is valid (log P(</s> | <s>)). Sentences are normalised LibriSpeech-style (upper
+    case, words and apostrophes) unless `normalize=False`. Characters the tokenizer does not know raise
+    `InputError` naming the sentence (or map to <unk> with `unknown="unk"`); a sentence longer than the
+    model's positions raises `InputError` unless `truncate=True`, which scores its first pieces only.
+    """
+
+    def __init__(
+        self,
+        model: LanguageModel,
+        tokenizer: Tokenizer,
+        device: str = "cpu",
+        dtype: str = "float32",
+        max_tokens: int = 8192,
+        normalize: bool = True,
+        unknown: str = "error",
+        truncate: bool = False,
+    ):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
+        if unknown not in ("error", "unk"):
+            raise ValueError(f"unknown must be 'error' or 'unk', got {unknown!r}")
+        if model.config.vocab_size != tokenizer.vocab_size:
+            raise ValueError(
+                f"model vocabulary ({model.config.vocab_size}) differs from the tokenizer's ({tokenizer.vocab_size})"
+            )
+        self.model = model.to(device).eval()
+        self.tokenizer = tokenizer
+        self.device, self.dtype = torch.device(device), dtype
+        self.max_tokens, self.normalize, self.unknown, self.truncate = max_tokens, normalize, unknown, truncate
+        self._name = None
+
+    @property
+    def name(self) -> str:
+        """Identifies model weights and scoring options, e.g. for caching scores on disk."""
+        if self._name is None:
+            digest = hashlib.sha1()
+            for key, tensor in sorted(self.model.state_dict().items()):
+                digest.update(key.encode())
+                digest.update(tensor.detach().float().cpu().numpy().tobytes())
+            options = f"{self.normalize}{self.unknown}{self.truncate}"
+            if isinstance(self.model, MaskedLM):
+                options += f"k={self.model.k},seed={self.model.seed}"
+            digest.update(options.encode())
+            self._name = f"{self.model.config.kind}-{digest.hexdigest()[:16]}"
+        return self._name
+
+    def encode(self, sentences: list) -> list:
+        """Token ids `<s> pieces </s>` for each sentence; errors name the sentence index."""
+        limit = self.model.config.max_positions - 2
+        encoded = []
+        for index, sentence in enumerate(sentences):
+            if not isinstance(sentence, str):
+                raise InputError(f"sentence {index}: expected a string, got {type(sentence).__name__}", index)
+            text = normalize_librispeech(sentence) if self.normalize else sentence
+            try:
+                ids = self.tokenizer.encode(text, unknown=self.unknown)
+            except InputError as e:
+                raise InputError(f"sentence {index}: {e}", index) from None
+            if len(ids) > limit:
+                if not self.truncate:
+                    raise InputError(
+                        f"sentence {index}: {len(ids)} tokens exceed the model's limit of {limit} "
+                        "(pass truncate=True / --truncate to score only the first tokens)",
+                        index,
+                    )
+                ids = ids[:limit]
+            encoded.append([self.tokenizer.bos_id, *ids, self.tokenizer.eos_id])
+        return encoded
+
+    def _batches(self, encoded: list):
+        """Index lists grouped by similar length with at most `max_tokens` padded tokens each."""
+        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
+        batch = []
+        for i in order:
+            if batch and (len(batch) + 1) * len(encoded[batch[0]]) > self.max_tokens:
+                yield batch
+                batch = []
+            batch.append(i)
+        if batch:
+            yield batch
+
+    @torch.inference_mode()
+    def logprobs(self, sentences: list, progress: bool = False) -> list:
+        """Per sentence, a float tensor of log-probs of its pieces followed by </s>."""
+        encoded = self.encode(list(sentences))
+        results = [None] * len(encoded)
+        autocast = torch.autocast(self.device.type, dtype=DTYPES[self.dtype], enabled=self.dtype != "float32")
+        with tqdm(total=len(encoded), desc="scoring", unit="sent", disable=not progress) as bar:
+            for batch in self._batches(encoded):
+                lengths = torch.tensor([len(encoded[i]) for i in batch])
+                tokens = torch.full((len(batch), int(lengths.max())), self.tokenizer.pad_id, dtype=torch.long)
+                for row, i in enumerate(batch):
+                    tokens[row, : len(encoded[i])] = torch.tensor(encoded[i])
+                with autocast:
+                    scores = self.model.token_logprobs(tokens.to(self.device), lengths.to(self.device)).cpu()
+                for row, i in enumerate(batch):
+                    results[i] = scores[row, 1 : lengths[row]]
+                bar.update(len(batch))
+        return results
+
+    def score(self, sentences: list, progress: bool = False) -> list:
+        """Sum of token log-probs (pieces + end of sentence) per sentence, in input order."""
+        return [float(row.double().sum()) for row in self.logprobs(sentences, progress)]
+
+    def token_scores(self, sentences: list, progress: bool = False) -> list:
+        """Per sentence, [(piece, log-prob), ...] ending with ("</s>", log-prob)."""
+        rows = self.logprobs(sentences, progress)
+        encoded = self.encode(sentences)
+        return [
+            [(self.tokenizer.id_to_piece(t), float(lp)) for t, lp in zip(ids[1:-1], row)] + [("</s>", float(row[-1]))]
+            for ids, row in zip(encoded, rows)
+        ]
+
+    def save_pretrained(self, directory) -> None:
+        """Write config.json, model.pt and the tokenizer files to `directory` (atomic per file)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        config = {"model": self.model.config.to_dict(), "scorer": {"normalize": self.normalize}}
+        if isinstance(self.model, MaskedLM):
+            config["scorer"].update(mlm_k=self.model.k, mlm_seed=self.model.seed)
+        _atomic_write(directory / WEIGHTS_FILE, lambda f: torch.save(self.model.state_dict(), f))
+        self.tokenizer.save(directory)
+        _atomic_write(directory / CONFIG_FILE, lambda f: f.write(json.dumps(config, indent=2).encode()))
+
+    @classmethod
+    def from_pretrained(cls, directory, **options) -> "Scorer":
+        """Load a directory written by `save_pretrained`, or an ESPnet LM experiment directory."""
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise InputError(f"{directory}: model directory not found")
+        if (directory / "config.yaml").exists() and not (directory / CONFIG_FILE).exists():
+            from slm_lm.espnet_lm.export import load_espnet_experiment
+
+            model, tokenizer = load_espnet_experiment(directory)
+            return cls(model, tokenizer, **options)
+        for name in (CONFIG_FILE, WEIGHTS_FILE):
+            if not (directory / name).exists():
+                raise InputError(f"{directory}: missing {name} (not a save_pretrained directory)")
+        config = json.loads((directory / CONFIG_FILE).read_text())
+        model = model_from_config(LMConfig.from_dict(config["model"]))
+        model.load_state_dict(torch.load(directory / WEIGHTS_FILE, map_location="cpu", weights_only=True))
+        scorer_options = dict(config.get("scorer", {}))
+        if isinstance(model, MaskedLM):
+            model.k = options.pop("mlm_k", scorer_options.pop("mlm_k", 1))
+            model.seed = scorer_options.pop("mlm_seed", 0)
+        scorer_options.pop("mlm_k", None)
+        scorer_options.pop("mlm_seed", None)
+        return cls(model, Tokenizer.from_dir(directory), **{**scorer_options, **options})
+
+
+HF_KINDS = ("hf-causal", "hf-masked")
+
+
+def load_scorer(spec: str, **options):
+    """A scorer from a spec: a model directory (save_pretrained or ESPnet LM experiment), or
+    `hf-causal:DIR` / `hf-masked:DIR` for a Hugging Face model saved on disk."""
+    kind, sep, path = spec.partition(":")
+    if sep and kind in HF_KINDS:
+        from slm_lm.hf import load_hf_scorer
+
+        return load_hf_scorer(kind, path, **options)
+    return Scorer.from_pretrained(spec, **options)
+
+
+def _atomic_write(path: Path, write) -> None:
+    """Call write(binary file) on a temp file beside `path`, then rename it into place."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -1,0 +1,156 @@
+"""Sentencepiece BPE pieces mapped onto an ESPnet token list (`tokens.txt`).
+
+Token-list layout (ESPnet, with sos = eos = the last index): ``<blank>`` (0, padding), ``<unk>`` (1),
+the sentencepiece pieces, ``<mask>`` (V-2), ``<sos/eos>`` (V-1).  Text is encoded as it is given:
+normalise it first (`slm_lm.text_norm.normalize_librispeech`) as the training text was.
+"""
+
+import os
+import tempfile
+from pathlib import Path
+
+import sentencepiece as spm
+
+from slm_lm.errors import InputError
+
+__all__ = ["Tokenizer", "read_token_list", "check_token_list", "BLANK", "UNK", "MASK", "SOS_EOS"]
+
+BLANK, UNK, MASK, SOS_EOS = "<blank>", "<unk>", "<mask>", "<sos/eos>"
+_LAYOUT = ((0, BLANK), (1, UNK), (-1, SOS_EOS), (-2, MASK))
+
+
+def check_token_list(tokens: list, source: str = "token list") -> list:
+    """Check the slm_lm layout (specials in place, no empty or duplicate tokens); returns `tokens`."""
+    if len(tokens) < 5:
+        raise InputError(f"{source}: {len(tokens)} tokens; expected {BLANK}, {UNK}, pieces, {MASK}, {SOS_EOS}")
+    seen = {}
+    for line, token in enumerate(tokens, 1):
+        if not token or token != token.strip() or " " in token:
+            raise InputError(f"{source}:{line}: empty token or token with whitespace: {token!r}")
+        if token in seen:
+            raise InputError(f"{source}:{line}: duplicate token {token!r} (first on line {seen[token]})")
+        seen[token] = line
+    for index, expected in _LAYOUT:
+        if tokens[index] != expected:
+            where = seen.get(expected)
+            found = f"it is on line {where}" if where else "it is missing"
+            raise InputError(f"{source}:{index % len(tokens) + 1}: expected {expected!r} here, found "
+                             f"{tokens[index]!r} ({found}); layout is {BLANK}, {UNK}, pieces..., {MASK}, {SOS_EOS}")
+    return tokens
+
+
+def read_token_list(path) -> list:
+    """Read and check an ESPnet token list file (one token per line)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read the token list: {e}") from None
+    return check_token_list(text.splitlines(), str(path))
+_UMASK = os.umask(0o022)  # read the process umask (os.umask both sets and returns it)
+os.umask(_UMASK)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual permissions
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+class Tokenizer:
+    """Sentencepiece model + token list: text <-> token-list indices."""
+
+    def __init__(self, bpe_model, token_list):
+        """`token_list`: a list of tokens or the path of a `tokens.txt`."""
+        if isinstance(token_list, (str, os.PathLike)):
+            self.token_list = read_token_list(token_list)
+        else:
+            self.token_list = check_token_list(list(token_list))
+        try:
+            model_bytes = Path(bpe_model).read_bytes()
+        except OSError as e:
+            raise InputError(f"{bpe_model}: cannot read the sentencepiece model: {e.strerror or e}") from None
+        self.sp = spm.SentencePieceProcessor()
+        try:
+            self.sp.load_from_serialized_proto(model_bytes)
+        except RuntimeError as e:
+            raise InputError(f"{bpe_model}: not a sentencepiece model: {e}") from None
+        self._model_bytes = model_bytes
+        index = {token: i for i, token in enumerate(self.token_list)}
+        self.vocab_size = len(self.token_list)
+        self.pad_id, self.unk_id = 0, 1
+        self.mask_id = self.vocab_size - 2
+        self.bos_id = self.eos_id = self.vocab_size - 1
+        self._sp_unk = self.sp.unk_id()
+        self._to_id, missing = [], []
+        for sp_id in range(self.sp.get_piece_size()):
+            if self.sp.is_unknown(sp_id) or self.sp.is_control(sp_id):
+                self._to_id.append(self.unk_id)
+                continue
+            piece = self.sp.id_to_piece(sp_id)
+            if piece not in index:
+                missing.append(piece)
+            self._to_id.append(index.get(piece, self.unk_id))
+        if missing:
+            raise InputError(f"{bpe_model}: {len(missing)} pieces of the sentencepiece model are not in the "
+                             f"token list (first: {missing[:5]}); the two files do not belong together")
+        self._to_sp = {our: sp_id for sp_id, our in enumerate(self._to_id) if our != self.unk_id}
+        extra = [t for i, t in enumerate(self.token_list[2:-2], 2) if i not in self._to_sp]
+        if extra:
+            raise InputError(f"{bpe_model}: {len(extra)} tokens of the token list are not pieces of the "
+                             f"sentencepiece model (first: {extra[:5]}); the two files do not belong together")
+        self._to_sp[self.unk_id] = self._sp_unk
+
+    @classmethod
+    def from_dir(cls, directory) -> "Tokenizer":
+        """Load `bpe.model` and `tokens.txt` from `directory`."""
+        directory = Path(directory)
+        return cls(directory / "bpe.model", directory / "tokens.txt")
+
+    def save(self, directory) -> None:
+        """Write `bpe.model` and `tokens.txt` into `directory` (each atomically)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        _write_atomic(directory / "bpe.model", self._model_bytes)
+        _write_atomic(directory / "tokens.txt", ("\n".join(self.token_list) + "\n").encode("utf-8"))
+
+    def encode(self, text: str, unknown: str = "error") -> list:
+        """Token-list indices of the pieces of `text` (no boundary tokens).
+
+        A character the model does not know raises InputError naming it (`unknown="error"`) or
+        becomes `<unk>` (`unknown="unk"`).
+        """
+        if unknown not in ("error", "unk"):
+            raise ValueError(f"unknown must be 'error' or 'unk', not {unknown!r}")
+        sp_ids = self.sp.encode(text)
+        if unknown == "error" and self._sp_unk in sp_ids:
+            proto = self.sp.encode(text, out_type="immutable_proto")
+            chars = [p.surface for p in proto.pieces if p.id == self._sp_unk]
+            raise InputError(f"unknown character(s) {''.join(chars)!r} in {text[:80]!r}: not in the BPE model")
+        to_id = self._to_id
+        return [to_id[i] for i in sp_ids]
+
+    def pieces(self, text: str) -> list:
+        """Sentencepiece pieces of `text` (strings, '▁' marks a word start)."""
+        return self.sp.encode(text, out_type=str)
+
+    def id_to_piece(self, token_id: int) -> str:
+        """The token-list entry at `token_id`."""
+        return self.token_list[token_id]
+
+    def decode(self, ids) -> str:
+        """Text of token-list indices; `<blank>`, `<mask>` and `<sos/eos>` are skipped, `<unk>` shows as ' ⁇ '."""
+        sp_ids = []
+        for position, token_id in enumerate(ids):
+            token_id = int(token_id)
+            if not 0 <= token_id < self.vocab_size:
+                raise InputError(f"token id {token_id} at position {position} is outside 0..{self.vocab_size - 1}")
+            if token_id in (self.pad_id, self.mask_id, self.eos_id):
+                continue
+            sp_ids.append(self._to_sp[token_id])
+        return self.sp.decode(sp_ids)

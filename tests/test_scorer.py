@@ -1,0 +1,113 @@
+"""Scorer: batching, order, determinism, save/load, bad input, and the slm-score CLI."""
+import math
+
+import pytest
+import torch
+
+from slm_lm import build_lm
+from slm_lm.bin import score as score_cli
+from slm_lm.bpe import train_bpe
+from slm_lm.errors import InputError
+from slm_lm.scorer import Scorer, load_scorer
+
+TEXT = """IN THE BEGINNING GOD CREATED THE HEAVEN AND THE EARTH
+AND THE EARTH WAS WITHOUT FORM AND VOID AND DARKNESS WAS UPON THE FACE OF THE DEEP
+AND THE SPIRIT OF GOD MOVED UPON THE FACE OF THE WATERS
+AND GOD SAID LET THERE BE LIGHT AND THERE WAS LIGHT
+AND GOD SAW THE LIGHT THAT IT WAS GOOD AND GOD DIVIDED THE LIGHT FROM THE DARKNESS
+IT'S A QUICK BROWN FOX JUMPING OVER THE LAZY DOG
+"""
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bpe")
+    (d / "text.txt").write_text(TEXT * 20)
+    return train_bpe(d / "text.txt", d / "bpe", vocab_size=60)
+
+
+def make_scorer(tokenizer, kind="slm", **options):
+    torch.manual_seed(0)
+    model = build_lm(kind, tokenizer.vocab_size, size="tiny", max_positions=64)
+    return Scorer(model, tokenizer, **options)
+
+
+SENTENCES = ["and god saw the light", "", "In the beginning, God created the heaven and the earth!",
+             "the deep", "AND THE SPIRIT OF GOD MOVED UPON THE FACE OF THE WATERS"]
+
+
+@pytest.mark.parametrize("kind", ["slm", "clm", "mlm", "bilm"])
+def test_scores_keep_input_order_and_do_not_depend_on_batching(tokenizer, kind):
+    big = make_scorer(tokenizer, kind)
+    small = make_scorer(tokenizer, kind, max_tokens=20)  # forces one sentence per batch
+    a, b = big.score(SENTENCES), small.score(SENTENCES)
+    assert all(math.isfinite(x) and x < 0 for x in a)
+    assert a == pytest.approx(b, abs=1e-4)
+    alone = [big.score([s])[0] for s in SENTENCES]
+    assert a == pytest.approx(alone, abs=1e-4)
+    assert big.score(SENTENCES) == a  # deterministic in eval mode
+
+
+def test_token_scores_sum_to_sentence_score_and_end_with_eos(tokenizer):
+    scorer = make_scorer(tokenizer)
+    rows = scorer.token_scores(SENTENCES[:2])
+    for row, total in zip(rows, scorer.score(SENTENCES[:2])):
+        assert row[-1][0] == "</s>"
+        assert sum(lp for _, lp in row) == pytest.approx(total, abs=1e-4)
+    assert len(rows[1]) == 1  # the empty sentence is scored as log P(</s> | <s>)
+    assert "".join(p for p, _ in rows[0][:-1]).replace("▁", " ").strip() == "AND GOD SAW THE LIGHT"
+
+
+def test_save_load_round_trip_gives_identical_scores(tokenizer, tmp_path):
+    for kind in ("slm", "mlm"):
+        scorer = make_scorer(tokenizer, kind)
+        if kind == "mlm":
+            scorer.model.k = 2
+        scorer.save_pretrained(tmp_path / kind)
+        loaded = load_scorer(str(tmp_path / kind))
+        assert loaded.score(SENTENCES) == scorer.score(SENTENCES)
+        assert loaded.name == scorer.name
+    assert load_scorer(str(tmp_path / "slm")).name != load_scorer(str(tmp_path / "mlm")).name
+
+
+def test_bad_input_raises_clear_errors(tokenizer, tmp_path):
+    scorer = make_scorer(tokenizer, normalize=False)
+    with pytest.raises(InputError, match="sentence 1: unknown character") as e:
+        scorer.score(["THE DEEP", "THE DEEP Ωmega"])
+    assert e.value.index == 1
+    assert math.isfinite(make_scorer(tokenizer, normalize=False, unknown="unk").score(["THE DEEP Ωmega"])[0])
+    long = " ".join(["THE EARTH"] * 60)
+    with pytest.raises(InputError, match="sentence 0: .* exceed the model's limit of 62"):
+        scorer.score([long])
+    truncated = make_scorer(tokenizer, truncate=True)
+    assert len(truncated.token_scores([long])[0]) == 63  # 62 pieces + </s>
+    with pytest.raises(InputError, match="expected a string"):
+        scorer.score([None])
+    with pytest.raises(InputError, match="model directory not found"):
+        Scorer.from_pretrained(tmp_path / "nope")
+    (tmp_path / "half").mkdir()
+    with pytest.raises(InputError, match="missing config.json"):
+        Scorer.from_pretrained(tmp_path / "half")
+
+
+def test_cli_writes_tsv_and_reports_the_bad_line(tokenizer, tmp_path, capsys):
+    scorer = make_scorer(tokenizer)
+    scorer.save_pretrained(tmp_path / "model")
+    (tmp_path / "in.txt").write_text("and god saw the light\n\nthe deep\n")
+    score_cli.main(["--model", str(tmp_path / "model"), "--input", str(tmp_path / "in.txt"),
+                    "--output", str(tmp_path / "out.tsv"), "--tokens"])
+    rows = [line.split("\t") for line in (tmp_path / "out.tsv").read_text().splitlines()]
+    assert [r[0] for r in rows] == ["1", "2", "3"]
+    expected = scorer.score(["and god saw the light", "", "the deep"])
+    assert [float(r[1]) for r in rows] == pytest.approx(expected, abs=1e-3)
+    assert rows[1][2] == "1" and rows[1][3].startswith("</s>:")
+    (tmp_path / "bad.txt").write_text("THE DEEP\nTHE DEEP Ωmega\n")
+    with pytest.raises(SystemExit, match=r"bad.txt:2: sentence 1: unknown character"):
+        score_cli.main(["--model", str(tmp_path / "model"), "--input", str(tmp_path / "bad.txt"), "--no-normalize"])
+
+
+def test_bfloat16_scores_are_close_to_float32(tokenizer):
+    full = make_scorer(tokenizer).score(SENTENCES)
+    half = make_scorer(tokenizer, dtype="bfloat16").score(SENTENCES)
+    assert all(math.isfinite(x) for x in half)
+    assert half == pytest.approx(full, rel=0.05, abs=0.5)
