@@ -142,6 +142,8 @@ class Scorer:
         config = {"model": self.model.config.to_dict(), "scorer": {"normalize": self.normalize}}
         if isinstance(self.model, MaskedLM):
             config["scorer"].update(mlm_k=self.model.k, mlm_seed=self.model.seed)
+        if getattr(self.tokenizer, "kind", None) == "hf":
+            config["tokenizer"] = "hf"
         _atomic_write(directory / WEIGHTS_FILE, lambda f: torch.save(self.model.state_dict(), f))
         self.tokenizer.save(directory)
         _atomic_write(directory / CONFIG_FILE, lambda f: f.write(json.dumps(config, indent=2).encode()))
@@ -169,7 +171,13 @@ class Scorer:
             model.seed = scorer_options.pop("mlm_seed", 0)
         scorer_options.pop("mlm_k", None)
         scorer_options.pop("mlm_seed", None)
-        return cls(model, Tokenizer.from_dir(directory), **{**scorer_options, **options})
+        if config.get("tokenizer") == "hf":
+            from slm_lm.hf import HFTokenizer
+
+            tokenizer = HFTokenizer.from_dir(directory)
+        else:
+            tokenizer = Tokenizer.from_dir(directory)
+        return cls(model, tokenizer, **{**scorer_options, **options})
 
 
 HF_KINDS = ("hf-causal", "hf-masked")

@@ -14,7 +14,8 @@ from slm_lm.errors import InputError
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="slm-score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="model directory (save_pretrained or ESPnet LM experiment)")
+    p.add_argument("--model", required=True,
+                   help="model directory (save_pretrained or ESPnet LM experiment), or hf-causal:DIR / hf-masked:DIR")
     p.add_argument("--input", default="-", help="text file, one sentence per line ('-' = stdin)")
     p.add_argument("--output", default="-", help="TSV output ('-' = stdout); written atomically")
     p.add_argument("--tokens", action="store_true", help="add a column of piece:logprob pairs")
@@ -24,6 +25,8 @@ def parse_args(argv=None):
     p.add_argument("--truncate", action="store_true", help="score only the first tokens of over-long sentences")
     p.add_argument("--unknown", default="error", choices=["error", "unk"], help="unknown characters: fail or map to <unk>")
     p.add_argument("--no-normalize", action="store_true", help="do not apply LibriSpeech-style normalisation")
+    p.add_argument("--case", choices=["as-is", "lower", "sentence"],
+                   help="Hugging Face models only: re-case the input (e.g. 'sentence' for upper-case ASR text)")
     return p.parse_args(argv)
 
 
@@ -50,14 +53,17 @@ def format_rows(lines, scorer, with_tokens: bool, progress: bool):
 
 def main(argv=None):
     args = parse_args(argv)
-    from slm_lm.scorer import Scorer
+    from slm_lm.scorer import load_scorer
 
     try:
         lines = read_lines(args.input)
-        scorer = Scorer.from_pretrained(
-            args.model, device=args.device, dtype=args.dtype, max_tokens=args.max_tokens,
-            truncate=args.truncate, unknown=args.unknown, **({"normalize": False} if args.no_normalize else {}),
-        )
+        options = dict(device=args.device, dtype=args.dtype, max_tokens=args.max_tokens, truncate=args.truncate,
+                       unknown=args.unknown)
+        if args.no_normalize:
+            options["normalize"] = False
+        if args.case:
+            options["case"] = args.case
+        scorer = load_scorer(args.model, **options)
         rows = list(format_rows(lines, scorer, args.tokens, progress=len(lines) > 100))
     except InputError as e:
         where = f"{args.input}:{e.index + 1}: " if e.index is not None else ""

@@ -1,0 +1,83 @@
+"""slm-init-slm: initialise a sliding LM from masked-LM weights (our `mlm` model, BERT or RoBERTa).
+
+--from takes our mlm model (a save_pretrained directory or an ESPnet LM experiment) or a Hugging Face
+BertForMaskedLM / RobertaForMaskedLM directory saved on disk. Outputs:
+  --format pretrained (default): a save_pretrained directory, scored with slm-score / slm-rescore.
+  --format espnet: OUT/lm.pth with `lm.backbone.*` keys for ESPnet's `--init_param OUT/lm.pth`, and
+    OUT/lm_conf.yaml, the `lm_conf` the training config must use so that the shapes match. From a
+    Hugging Face model only the vocabulary-independent weights are written (the token embeddings and
+    the output bias are left out: ESPnet trains on its own sentencepiece token list).
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from slm_lm.errors import InputError
+
+ESPNET_PREFIX = "lm.backbone."
+VOCAB_TENSORS = ("embed.tokens.weight", "head.embedding.weight", "head.bias")  # tied pair + output bias
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="slm-init-slm", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--from", dest="source", required=True, help="our mlm model dir, or a BERT/RoBERTa MLM dir")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--format", default="pretrained", choices=["pretrained", "espnet"])
+    p.add_argument("--kind", default="slm", choices=["slm", "mlm"], help="model to build (mlm: a plain copy)")
+    p.add_argument("--case", default="as-is", choices=["as-is", "lower", "sentence"],
+                   help="Hugging Face sources: text casing before tokenising")
+    return p.parse_args(argv)
+
+
+def is_hf_dir(directory: Path) -> bool:
+    """A Hugging Face model directory: config.json with a `model_type`."""
+    config = directory / "config.json"
+    return config.exists() and "model_type" in json.loads(config.read_text())
+
+
+def save_espnet(scorer, out: Path, vocabulary: bool) -> list:
+    """Write OUT/lm.pth (`lm.backbone.*`) and OUT/lm_conf.yaml; returns the left-out parameter names."""
+    import yaml
+
+    from slm_lm.scorer import _atomic_write
+
+    out.mkdir(parents=True, exist_ok=True)
+    state = scorer.model.state_dict()
+    left_out = [] if vocabulary else [k for k in VOCAB_TENSORS if k in state]
+    weights = {ESPNET_PREFIX + k: v for k, v in state.items() if k not in left_out}
+    conf = scorer.model.config.to_dict()
+    for key in ("kind", "vocab_size", "mask_id"):  # ESPnet's token list sets these
+        conf.pop(key)
+    _atomic_write(out / "lm.pth", lambda f: torch.save(weights, f))
+    _atomic_write(out / "lm_conf.yaml", lambda f: f.write(yaml.safe_dump({"lm_conf": conf}, sort_keys=False).encode()))
+    return left_out
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from slm_lm.init_from_mlm import slm_from_hf, slm_from_mlm_checkpoint
+
+    source, out = Path(args.source), Path(args.out)
+    try:
+        if not source.is_dir():
+            raise InputError(f"{source}: model directory not found")
+        hf = is_hf_dir(source)
+        scorer = slm_from_hf(source, args.kind, args.case) if hf else slm_from_mlm_checkpoint(source, args.kind)
+        if args.format == "pretrained":
+            scorer.save_pretrained(out)
+            print(f"wrote {out} ({args.kind} from {'Hugging Face' if hf else 'our mlm'} weights in {source})")
+        else:
+            left_out = save_espnet(scorer, out, vocabulary=not hf)
+            print(f"wrote {out}/lm.pth and {out}/lm_conf.yaml; train with --init_param {out}/lm.pth and that lm_conf")
+            if left_out:
+                print(f"left out (vocabulary-dependent, trained from scratch): {', '.join(left_out)}")
+    except InputError as e:
+        sys.exit(f"slm-init-slm: error: {e}")
+
+
+if __name__ == "__main__":
+    main()
