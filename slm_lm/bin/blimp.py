@@ -1,0 +1,61 @@
+"""slm-blimp: BLiMP minimal-pair accuracy of a model, per paradigm and in the paper's 12 columns.
+
+Writes OUT/blimp_results.md (the table, with the paper's published rows), OUT/blimp_results.json,
+OUT/blimp_paradigms.json (per paradigm, ties listed) and OUT/score_cache/ (sentence scores; an
+interrupted run resumes from it). Ties count as errors.
+"""
+import argparse
+import sys
+from pathlib import Path
+
+from slm_lm.errors import InputError
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "blimp"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="slm-blimp", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="model spec: a model dir, hf-causal:DIR or hf-masked:DIR")
+    p.add_argument("--data", default=str(DEFAULT_DATA), help=f"BLiMP jsonl directory (default {DEFAULT_DATA})")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--label", default=None, help="row label in the table (default: the model spec)")
+    p.add_argument("--paradigms", default="", help="comma-separated paradigm names (default: all files)")
+    p.add_argument("--limit", type=int, default=None, help="first N pairs per paradigm (quick runs)")
+    p.add_argument("--device", default=None)
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--max-tokens", type=int, default=None, help="padded tokens per batch")
+    p.add_argument("--case", default=None, choices=["as-is", "lower", "sentence"],
+                   help="Hugging Face models only: text casing (default as-is)")
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from slm_lm.blimp import evaluate, load_blimp, write_results
+    from slm_lm.scorer import load_scorer
+
+    options = {k: v for k, v in dict(device=args.device, dtype=args.dtype, max_tokens=args.max_tokens,
+                                     case=args.case).items() if v is not None}
+    if "case" in options and not args.model.startswith("hf-"):
+        sys.exit("slm-blimp: error: --case applies to hf-causal:/hf-masked: models only")
+    if args.limit is not None and args.limit < 1:
+        sys.exit("slm-blimp: error: --limit must be >= 1")
+    try:
+        data = load_blimp(args.data, [p for p in args.paradigms.split(",") if p], args.limit)
+        scorer = load_scorer(args.model, **options)
+        results = evaluate(scorer, data, cache_dir=Path(args.out) / "score_cache", progress=not args.no_progress)
+        write_results(results, args.out, args.label or args.model)
+    except InputError as e:
+        sys.exit(f"slm-blimp: error: {e}")
+    ties = results["ties"]
+    print(f"BLiMP overall accuracy {results['overall']:.2f}% over {results['pairs']} pairs in "
+          f"{results['paradigms']} paradigms; {ties['count']} ties counted as errors "
+          f"({ties['identical_sentences']} identical-sentence pairs)")
+    print("  " + "  ".join(f"{k} {v:.1f}" for k, v in results["phenomena"].items() if v is not None))
+    print(f"wrote {args.out}/blimp_results.md")
+
+
+if __name__ == "__main__":
+    main()

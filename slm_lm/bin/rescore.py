@@ -1,0 +1,102 @@
+"""slm-rescore: tune LM weights for N-best rescoring on dev set(s) and apply them to test set(s).
+
+Example (the shared LibriSpeech 10-best lists, first-pass LM removed from the AM score)::
+
+    slm-rescore --dev ../shared/data/librispeech_nbest/dev_clean \\
+        --test ../shared/data/librispeech_nbest/dev_other --lm exp/lm/slm_small \\
+        --nbest 10 --am-weights decoder=0.6,ctc=0.4 --lambda-range 0:5:0.1 \\
+        --cache exp/lm_cache --out exp/rescore/slm_small_tune_clean
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from slm_lm.errors import InputError
+from slm_lm.nbest import load_nbest
+from slm_lm.rescore import parse_am_weights, parse_range, rescore
+
+
+def _split(value: str | None) -> list[str]:
+    return [] if not value else [v for v in value.split(",") if v]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options."""
+    p = argparse.ArgumentParser(prog="slm-rescore", description=__doc__.split("\n\n")[0])
+    p.add_argument("--dev", required=True, help="dev N-best input(s), comma-separated: ESPnet dir, .json or .tsv")
+    p.add_argument("--test", default="", help="test N-best input(s), comma-separated")
+    p.add_argument(
+        "--dev-ref",
+        default="",
+        help="reference file(s) (.trn or Kaldi text) for --dev, comma-separated, in the same order; "
+        "'-' or nothing = found with the data (references/ref_wer.trn, score_wer/ref.trn, JSON 'ref')",
+    )
+    p.add_argument("--test-ref", default="", help="reference file(s) for --test, like --dev-ref")
+    p.add_argument("--lm", required=True, help="LM spec(s) for slm_lm.scorer.load_scorer, comma-separated")
+    p.add_argument("--nbest", type=int, default=None, help="use ranks 1..N (default: all)")
+    p.add_argument(
+        "--am-weights", default=None, help="AM = weighted per-scorer scores, e.g. decoder=0.6,ctc=0.4 "
+        "(default: the file's total score)"
+    )
+    p.add_argument("--lambda-range", default="0:5:0.1", help="LM weight grid start:stop:step (default 0:5:0.1)")
+    p.add_argument(
+        "--beta-range", default="0", help="word bonus grid, e.g. --beta-range=-1:3:0.5 (default 0 = none)"
+    )
+    p.add_argument("--cache", default=None, help="LM score cache dir (default: OUT/lm_cache)")
+    p.add_argument("--device", default=None, help="device for the LMs (passed to load_scorer)")
+    p.add_argument("--out", required=True, help="output dir: RESULTS.md, PNG, tuning.json, <set>/1best_recog")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    return p
+
+
+def _load_sets(paths: list[str], refs: list[str], option: str, nbest: int | None):
+    if refs and len(refs) != len(paths):
+        raise InputError(f"{option}-ref: {len(refs)} reference files for {len(paths)} {option} inputs")
+    refs = refs or ["-"] * len(paths)
+    return [load_nbest(p, None if r == "-" else r, nbest) for p, r in zip(paths, refs)]
+
+
+def main(argv=None) -> None:
+    """Entry point of ``slm-rescore``."""
+    args = build_parser().parse_args(argv)
+    try:
+        lambda_grid = parse_range(args.lambda_range, "--lambda-range")
+        beta_grid = parse_range(args.beta_range, "--beta-range")
+        am_weights = parse_am_weights(args.am_weights) if args.am_weights else None
+        dev = _load_sets(_split(args.dev), _split(args.dev_ref), "--dev", args.nbest)
+        test = _load_sets(_split(args.test), _split(args.test_ref), "--test", args.nbest)
+        from slm_lm.scorer import load_scorer
+
+        kwargs = {"device": args.device} if args.device else {}
+        scorers = [load_scorer(spec, **kwargs) for spec in _split(args.lm)]
+        settings = {"command": "slm-rescore " + " ".join(sys.argv[1:] if argv is None else argv)}
+        if args.nbest:
+            settings["N-best"] = args.nbest
+        result, reports = rescore(
+            dev,
+            test,
+            scorers,
+            args.out,
+            am_weights=am_weights,
+            lambda_grid=lambda_grid,
+            beta_grid=beta_grid,
+            cache_dir=args.cache or f"{args.out}/lm_cache",
+            settings=settings,
+            progress=not args.no_progress,
+        )
+    except InputError as err:
+        sys.exit(f"slm-rescore: error: {err}")
+    w = result.best
+    print(f"chosen lambda = {', '.join(f'{x:g}' for x in w.lambdas)}, beta = {w.beta:g}")
+    for r in reports:
+        print(
+            f"{r.name} ({r.role}): AM-only {r.wer_am:.2f}  file 1-best {r.wer_file:.2f}  "
+            f"rescored {r.wer_rescored:.2f}  oracle {r.wer_oracle:.2f}"
+        )
+    print(f"wrote {args.out}/RESULTS.md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,459 @@
+"""N-best rescoring: cached LM scores, score combination, grid tuning on dev, WER and reports.
+
+total = AM + sum_j lambda_j * LM_j + beta * n_words, where AM is the file's total score or a weighted
+sum of its per-scorer components (e.g. ``0.6*decoder + 0.4*ctc`` removes the first-pass LM of the
+shared lists). The weights are chosen on the dev sets by the lowest pooled WER (total word errors /
+total reference words); ties go to the smaller lambdas, then the smaller |beta|. Within an utterance,
+ties between hypotheses go to the better (lower) original rank. WER is computed with jiwer on
+whitespace-separated words.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import jiwer
+import numpy as np
+from tqdm import tqdm
+
+from slm_lm.errors import InputError
+from slm_lm.nbest import Hypothesis, NbestSet
+
+
+def parse_range(spec: str, option: str = "range") -> list[float]:
+    """Parse ``start:stop:step`` (inclusive) or a single value or ``a,b,c`` into a list of floats."""
+    try:
+        if ":" in spec:
+            start, stop, step = (float(x) for x in spec.split(":"))
+            if step <= 0 or stop < start:
+                raise ValueError
+            count = int(round((stop - start) / step)) + 1
+            if count > 100_000:
+                raise ValueError
+            return [round(start + i * step, 10) for i in range(count) if start + i * step <= stop + 1e-9]
+        return [float(x) for x in spec.split(",")]
+    except ValueError:
+        raise InputError(
+            f"{option}: cannot parse {spec!r} (want start:stop:step with step > 0, or values a,b,c)"
+        ) from None
+
+
+def parse_am_weights(spec: str) -> dict[str, float]:
+    """Parse ``decoder=0.6,ctc=0.4`` into {scorer name: weight}."""
+    weights = {}
+    for item in spec.split(","):
+        name, sep, value = item.partition("=")
+        try:
+            if not sep or not name.strip():
+                raise ValueError
+            weights[name.strip()] = float(value)
+        except ValueError:
+            raise InputError(f"--am-weights: cannot parse {item!r} (want name=weight,...)") from None
+    return weights
+
+
+def am_score(hyp: Hypothesis, am_weights: dict[str, float] | None) -> float:
+    """The acoustic score of a hypothesis: its total score, or the weighted per-scorer components."""
+    if not am_weights:
+        return hyp.score
+    missing = [k for k in am_weights if k not in hyp.scores]
+    if missing:
+        have = ", ".join(sorted(hyp.scores)) or "none (no scores file?)"
+        raise InputError(f"{hyp.where}: no per-scorer score {missing[0]!r}; have {have}")
+    return sum(w * hyp.scores[k] for k, w in am_weights.items())
+
+
+# ----------------------------------------------------------------------------------------------
+# LM scores with an on-disk cache
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write a file atomically (temporary file in the same directory, then os.replace)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+    os.replace(tmp, path)
+
+
+class LMScoreCache:
+    """Sentence scores of one model, kept in ``<dir>/<model>-<hash>.json`` keyed by exact text."""
+
+    def __init__(self, cache_dir: str | Path, model_name: str):
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model_name)[:40]
+        digest = hashlib.sha1(model_name.encode("utf-8")).hexdigest()[:16]
+        self.path = Path(cache_dir) / f"{slug}-{digest}.json"
+        self.model_name = model_name
+        self.scores: dict[str, float] = self._load()
+
+    def _load(self) -> dict[str, float]:
+        if not self.path.is_file():
+            return {}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise InputError(f"{self.path}:{err.lineno}: corrupt LM score cache ({err.msg})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("scores"), dict):
+            raise InputError(f"{self.path}: not an LM score cache ({{'model': ..., 'scores': {{...}}}})")
+        if data.get("model") != self.model_name:
+            raise InputError(f"{self.path}: cache belongs to {data.get('model')!r}, not {self.model_name!r}")
+        return {str(k): float(v) for k, v in data["scores"].items()}
+
+    def save(self) -> None:
+        """Merge with what is on disk (another run may have added scores) and write atomically."""
+        merged = {**self._load(), **self.scores}
+        self.scores = merged
+        write_atomic(self.path, json.dumps({"model": self.model_name, "scores": merged}, ensure_ascii=False))
+
+
+def lm_scores(
+    scorer, texts, cache_dir: str | Path | None = None, chunk_size: int = 1000, progress: bool = True
+) -> dict[str, float]:
+    """Score each unique text once with ``scorer`` (``.name``, ``.score(list[str])``).
+
+    With ``cache_dir`` the scores are saved after every chunk, so an interrupted run resumes and
+    re-runs (other weights, other sets sharing texts) score nothing twice.
+    """
+    unique = sorted(set(texts), key=lambda t: (len(t), t))
+    cache = LMScoreCache(cache_dir, scorer.name) if cache_dir is not None else None
+    known = dict(cache.scores) if cache else {}
+    todo = [t for t in unique if t not in known]
+    bar = tqdm(total=len(todo), desc=f"LM {scorer.name}", unit="sent", disable=not progress or not todo)
+    for start in range(0, len(todo), chunk_size):
+        chunk = todo[start : start + chunk_size]
+        values = scorer.score(chunk)
+        if len(values) != len(chunk):
+            raise RuntimeError(f"LM {scorer.name} returned {len(values)} scores for {len(chunk)} texts")
+        for text, value in zip(chunk, values):
+            value = float(value)
+            if not np.isfinite(value):
+                raise RuntimeError(f"LM {scorer.name} gave score {value} for {text!r}")
+            known[text] = value
+        if cache:
+            cache.scores.update({t: known[t] for t in chunk})
+            cache.save()
+        bar.update(len(chunk))
+    bar.close()
+    return {t: known[t] for t in unique}
+
+
+# ----------------------------------------------------------------------------------------------
+# Matrices, WER, tuning
+
+
+def word_errors(refs: list[str], hyps: list[str]) -> np.ndarray:
+    """Word errors (substitutions + deletions + insertions) of each (ref, hyp) pair, via jiwer."""
+    out = jiwer.process_words(refs, hyps)
+    errors = np.zeros(len(refs), dtype=np.int64)
+    for i, chunks in enumerate(out.alignments):
+        for c in chunks:
+            if c.type in ("substitute", "delete"):
+                errors[i] += c.ref_end_idx - c.ref_start_idx
+            elif c.type == "insert":
+                errors[i] += c.hyp_end_idx - c.hyp_start_idx
+    return errors
+
+
+@dataclass
+class ScoredSet:
+    """An N-best set as padded [utterance, rank] matrices (padding: am = -inf, others 0)."""
+
+    name: str
+    uttids: list[str]
+    texts: list[list[str]]
+    am: np.ndarray  # [U, N]
+    lm: np.ndarray  # [L, U, N]
+    n_words: np.ndarray  # [U, N]
+    errors: np.ndarray  # [U, N] word errors against the reference
+    ref_words: np.ndarray  # [U]
+
+    def totals(self, lambdas, beta: float) -> np.ndarray:
+        """Combined scores [U, N] for the given LM weights and word bonus."""
+        total = self.am + beta * self.n_words
+        for weight, lm in zip(lambdas, self.lm):
+            total = total + weight * lm
+        return total
+
+    def choose(self, lambdas, beta: float) -> np.ndarray:
+        """Index of the chosen hypothesis per utterance (ties -> lower original rank)."""
+        return np.argmax(self.totals(lambdas, beta), axis=1)
+
+    def errors_of(self, chosen: np.ndarray) -> int:
+        """Total word errors of the chosen hypotheses."""
+        return int(self.errors[np.arange(len(chosen)), chosen].sum())
+
+
+def build_scored_set(nbest: NbestSet, lm_tables: list[dict[str, float]], am_weights=None) -> ScoredSet:
+    """Turn an :class:`NbestSet` and per-LM {text: score} tables into a :class:`ScoredSet`."""
+    uttids = list(nbest.hyps)
+    width = max(len(h) for h in nbest.hyps.values())
+    shape = (len(uttids), width)
+    am = np.full(shape, -np.inf)
+    lm = np.zeros((len(lm_tables),) + shape)
+    n_words = np.zeros(shape)
+    errors = np.zeros(shape, dtype=np.int64)
+    pair_refs, pair_hyps, pair_pos = [], [], []
+    texts = []
+    for u, uttid in enumerate(uttids):
+        hyps = nbest.hyps[uttid]
+        texts.append([h.text for h in hyps])
+        for r, hyp in enumerate(hyps):
+            am[u, r] = am_score(hyp, am_weights)
+            for j, table in enumerate(lm_tables):
+                lm[j, u, r] = table[hyp.text]
+            n_words[u, r] = hyp.n_words
+            pair_refs.append(nbest.refs[uttid])
+            pair_hyps.append(hyp.text)
+            pair_pos.append((u, r))
+    rows, cols = np.array(pair_pos).T
+    errors[rows, cols] = word_errors(pair_refs, pair_hyps)
+    ref_words = np.array([len(nbest.refs[u].split()) for u in uttids], dtype=np.int64)
+    return ScoredSet(nbest.name, uttids, texts, am, lm, n_words, errors, ref_words)
+
+
+def wer_percent(errors: int, ref_words: int) -> float:
+    """Corpus WER in percent."""
+    if ref_words <= 0:
+        raise InputError("references contain no words: WER is undefined")
+    return 100.0 * errors / ref_words
+
+
+@dataclass
+class Weights:
+    """LM weights (one per LM) and word bonus."""
+
+    lambdas: tuple[float, ...]
+    beta: float = 0.0
+
+
+@dataclass
+class TuneResult:
+    """Outcome of the grid search: best weights, its pooled dev WER and every grid point's errors."""
+
+    best: Weights
+    dev_wer: float
+    dev_ref_words: int
+    grid: list[tuple[Weights, int]]
+
+
+def _grid_errors(sets: list[ScoredSet], lambda_grids, beta_grid) -> list[tuple[Weights, list[int]]]:
+    """Errors per set for every grid point (vectorised over the first LM's lambdas)."""
+    first = np.asarray(lambda_grids[0], dtype=float)
+    out = []
+    for beta in beta_grid:
+        for rest in itertools.product(*lambda_grids[1:]):
+            per_set = []
+            for s in sets:
+                base = s.am + beta * s.n_words
+                for weight, lm in zip(rest, s.lm[1:]):
+                    base = base + weight * lm
+                totals = base[None] + first[:, None, None] * s.lm[0][None]
+                chosen = np.argmax(totals, axis=2)  # [G, U]
+                per_set.append(np.take_along_axis(s.errors[None], chosen[..., None], 2)[..., 0].sum(1))
+            for g, weight in enumerate(first):
+                out.append((Weights((float(weight),) + tuple(rest), float(beta)), [int(e[g]) for e in per_set]))
+    return out
+
+
+def tune(dev_sets: list[ScoredSet], lambda_grids: list[list[float]], beta_grid: list[float]) -> TuneResult:
+    """Grid search minimising the pooled dev WER; ties -> smaller lambdas, then smaller |beta|."""
+    if not dev_sets:
+        raise InputError("tuning needs at least one dev set")
+    n_lms = dev_sets[0].lm.shape[0]
+    if len(lambda_grids) != n_lms or n_lms == 0:
+        raise InputError(f"need one lambda grid per LM ({n_lms}), got {len(lambda_grids)}")
+    ref_words = int(sum(s.ref_words.sum() for s in dev_sets))
+    grid = [(w, sum(e)) for w, e in _grid_errors(dev_sets, lambda_grids, beta_grid)]
+    best_w, best_e = min(grid, key=lambda item: (item[1], item[0].lambdas, abs(item[0].beta), item[0].beta))
+    return TuneResult(best_w, wer_percent(best_e, ref_words), ref_words, grid)
+
+
+@dataclass
+class SetReport:
+    """WERs (percent) of one set: AM-only, the file's own 1-best, rescored, oracle."""
+
+    name: str
+    role: str
+    n_utts: int
+    n_hyps: int
+    ref_words: int
+    wer_am: float
+    wer_file: float
+    wer_rescored: float
+    wer_oracle: float
+
+    @property
+    def rel_vs_am(self) -> float | None:
+        """Relative WER change of rescoring against the AM-only 1-best, percent (negative = better)."""
+        return None if self.wer_am == 0 else 100.0 * (self.wer_rescored - self.wer_am) / self.wer_am
+
+    @property
+    def rel_vs_file(self) -> float | None:
+        """Relative WER change against the file's own 1-best, percent."""
+        return None if self.wer_file == 0 else 100.0 * (self.wer_rescored - self.wer_file) / self.wer_file
+
+
+def evaluate(s: ScoredSet, weights: Weights, role: str) -> SetReport:
+    """WERs of a set under the given weights, with AM-only, file 1-best and oracle for comparison."""
+    words = int(s.ref_words.sum())
+    zero = (0.0,) * s.lm.shape[0]
+    oracle = np.where(np.isfinite(s.am), s.errors, np.iinfo(np.int64).max).min(axis=1).sum()
+    return SetReport(
+        name=s.name,
+        role=role,
+        n_utts=len(s.uttids),
+        n_hyps=int(np.isfinite(s.am).sum()),
+        ref_words=words,
+        wer_am=wer_percent(s.errors_of(s.choose(zero, 0.0)), words),
+        wer_file=wer_percent(s.errors_of(np.zeros(len(s.uttids), dtype=np.int64)), words),
+        wer_rescored=wer_percent(s.errors_of(s.choose(weights.lambdas, weights.beta)), words),
+        wer_oracle=wer_percent(int(oracle), words),
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Outputs
+
+
+def write_1best(s: ScoredSet, weights: Weights, lm_names: list[str], out_dir: str | Path) -> Path:
+    """Write the rescored 1-best as ESPnet ``1best_recog/{text,score,scores}`` under ``out_dir``."""
+    folder = Path(out_dir) / "1best_recog"
+    chosen = s.choose(weights.lambdas, weights.beta)
+    totals = s.totals(weights.lambdas, weights.beta)
+    text, score, scores = [], [], []
+    for u, (uttid, r) in enumerate(zip(s.uttids, chosen)):
+        text.append(f"{uttid} {s.texts[u][r]}".rstrip())
+        score.append(f"{uttid} {float(totals[u, r])!r}")
+        parts = {"am": float(s.am[u, r]), **{n: float(s.lm[j, u, r]) for j, n in enumerate(lm_names)}}
+        parts.update(n_words=int(s.n_words[u, r]), rank=int(r) + 1)
+        scores.append(f"{uttid} {json.dumps(parts, ensure_ascii=False)}")
+    for name, lines in (("text", text), ("score", score), ("scores", scores)):
+        write_atomic(folder / name, "\n".join(lines) + "\n")
+    return folder
+
+
+def _fmt_rel(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.1f}%"
+
+
+def results_markdown(reports: list[SetReport], weights: Weights, lm_names: list[str], settings: dict) -> str:
+    """The RESULTS.md text: settings, chosen weights and a WER table per set."""
+    lines = ["# N-best rescoring results", ""]
+    lines += [f"- {k}: `{v}`" for k, v in settings.items()]
+    lines += [f"- LM {j + 1}: `{n}`, lambda = {weights.lambdas[j]:g}" for j, n in enumerate(lm_names)]
+    lines += [f"- word bonus beta = {weights.beta:g}", ""]
+    lines += [
+        "WER % (jiwer, whitespace words; relative change of the rescored WER in the last two columns)",
+        "",
+        "| set | role | utts | hyps | AM-only 1-best | file 1-best | rescored | oracle | rel. vs AM-only "
+        "| rel. vs file 1-best |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in reports:
+        lines.append(
+            f"| {r.name} | {r.role} | {r.n_utts} | {r.n_hyps} | {r.wer_am:.2f} | {r.wer_file:.2f} "
+            f"| {r.wer_rescored:.2f} | {r.wer_oracle:.2f} | {_fmt_rel(r.rel_vs_am)} | {_fmt_rel(r.rel_vs_file)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_dev_wer(path: str | Path, dev_sets: list[ScoredSet], result: TuneResult, lambda_grid) -> None:
+    """PNG of dev WER against the first LM's lambda (other weights at their chosen values).
+
+    Dashed lines: WER of each dev set's own 1-best (the file's rank 1) for reference.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rest, beta = result.best.lambdas[1:], result.best.beta
+    curves = _grid_errors(dev_sets, [lambda_grid] + [[w] for w in rest], [beta])
+    xs = [w.lambdas[0] for w, _ in curves]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, s in enumerate(dev_sets):
+        words = int(s.ref_words.sum())
+        line = ax.plot(xs, [100.0 * e[i] / words for _, e in curves], label=s.name)[0]
+        file_wer = wer_percent(s.errors_of(np.zeros(len(s.uttids), dtype=np.int64)), words)
+        ax.axhline(file_wer, color=line.get_color(), linestyle="--", alpha=0.6, label=f"{s.name} file 1-best")
+    if len(dev_sets) > 1:
+        ax.plot(xs, [100.0 * sum(e) / result.dev_ref_words for _, e in curves], "k-", label="pooled")
+    ax.axvline(result.best.lambdas[0], color="grey", linestyle=":", label=f"chosen {result.best.lambdas[0]:g}")
+    ax.set_xlabel("LM weight lambda")
+    ax.set_ylabel("dev WER (%)")
+    ax.set_title(f"dev WER vs lambda (beta = {beta:g})")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def _describe_grid(grid: list[float]) -> str:
+    if len(grid) < 6:
+        return ", ".join(f"{x:g}" for x in grid)
+    return f"{grid[0]:g}..{grid[-1]:g} ({len(grid)} values)"
+
+
+def rescore(
+    dev: list[NbestSet],
+    test: list[NbestSet],
+    scorers: list,
+    out_dir: str | Path,
+    am_weights: dict[str, float] | None = None,
+    lambda_grid: list[float] | None = None,
+    beta_grid: list[float] | None = None,
+    cache_dir: str | Path | None = None,
+    settings: dict | None = None,
+    progress: bool = True,
+) -> tuple[TuneResult, list[SetReport]]:
+    """Tune the weights on ``dev``, apply them to ``dev`` and ``test``, write all outputs to ``out_dir``.
+
+    Writes ``<out>/<set>/1best_recog/``, ``RESULTS.md``, ``dev_wer_vs_lambda.png``, ``tuning.json``.
+    """
+    names = [s.name for s in dev + test]
+    if len(set(names)) != len(names):
+        raise InputError(f"set names must be unique, got {names}")
+    lambda_grid = lambda_grid if lambda_grid is not None else parse_range("0:5:0.1")
+    beta_grid = beta_grid if beta_grid is not None else [0.0]
+    out_dir = Path(out_dir)
+    texts = [h.text for s in dev + test for hyps in s.hyps.values() for h in hyps]
+    tables = [lm_scores(sc, texts, cache_dir, progress=progress) for sc in scorers]
+    lm_names = [sc.name for sc in scorers]
+    dev_m = [build_scored_set(s, tables, am_weights) for s in dev]
+    test_m = [build_scored_set(s, tables, am_weights) for s in test]
+    result = tune(dev_m, [lambda_grid] * len(scorers), beta_grid)
+    reports = [evaluate(s, result.best, "dev") for s in dev_m]
+    reports += [evaluate(s, result.best, "test") for s in test_m]
+    for s in dev_m + test_m:
+        write_1best(s, result.best, lm_names, out_dir / s.name)
+    settings = {
+        **(settings or {}),
+        "AM score": " + ".join(f"{w:g}*{k}" for k, w in am_weights.items()) if am_weights else "file score",
+        "lambda grid": _describe_grid(lambda_grid),
+        "beta grid": _describe_grid(beta_grid),
+        "tuned on": "+".join(s.name for s in dev) + f" (pooled dev WER {result.dev_wer:.2f})",
+    }
+    write_atomic(out_dir / "RESULTS.md", results_markdown(reports, result.best, lm_names, settings))
+    plot_dev_wer(out_dir / "dev_wer_vs_lambda.png", dev_m, result, lambda_grid)
+    record = {
+        "lm": lm_names,
+        "am_weights": am_weights,
+        "best": asdict(result.best),
+        "dev_wer": result.dev_wer,
+        "sets": [{**asdict(r), "rel_vs_am": r.rel_vs_am, "rel_vs_file": r.rel_vs_file} for r in reports],
+        "grid": [
+            {**asdict(w), "dev_errors": e, "dev_wer": wer_percent(e, result.dev_ref_words)} for w, e in result.grid
+        ],
+    }
+    write_atomic(out_dir / "tuning.json", json.dumps(record, indent=1))
+    return result, reports
