@@ -24,7 +24,7 @@ import torch
 from slm_lm import build_lm
 from slm_lm.errors import InputError
 from slm_lm.nbest import load_nbest
-from slm_lm.rescore import write_atomic
+from slm_lm.fileio import write_atomic
 from slm_lm.scorer import Scorer, load_scorer
 from slm_lm.tokenizer import Tokenizer
 

@@ -25,7 +25,8 @@ from plot_position_ce import exact_length, parse_models, read_sentences  # noqa:
 
 from slm_lm.errors import InputError  # noqa: E402
 from slm_lm.nbest import load_nbest  # noqa: E402
-from slm_lm.rescore import parse_am_weights, parse_range, rescore, write_atomic  # noqa: E402
+from slm_lm.fileio import write_atomic  # noqa: E402
+from slm_lm.rescore import parse_am_weights, parse_range, rescore  # noqa: E402
 
 DEFAULT_KS = "1,2,3,n/3,n/2"
 

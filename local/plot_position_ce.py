@@ -11,7 +11,6 @@ Position i is the i-th piece; position N+1 is the end of sentence (models that s
 OUT/position_ce.tsv (mean cross-entropy in nats per position and model) and OUT/position_ce.png.
 """
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import torch
 
 from slm_lm.errors import InputError
 from slm_lm.nbest import read_trn
-from slm_lm.rescore import write_atomic
+from slm_lm.fileio import atomic_open, write_atomic
 
 
 def read_sentences(path) -> list:
@@ -86,10 +85,9 @@ def plot(path: Path, curves: dict, length: int, n_sentences: int) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fig.savefig(tmp, format="png", dpi=120)
+    with atomic_open(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=120)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def main(argv=None):

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slm_lm.errors import InputError
-from slm_lm.rescore import lm_scores, write_atomic
+from slm_lm.fileio import write_atomic
+from slm_lm.rescore import lm_scores
 
 PHENOMENA = ("Ana. agr", "Arg. str", "Binding", "Ctrl. rais.", "D-n agr", "Ellipsis", "Filler gap",
              "Irregular", "Island", "NPI", "Quantifiers", "S-v agr")

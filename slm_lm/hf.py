@@ -96,12 +96,12 @@ class HFTokenizer:
 
     def save(self, directory) -> None:
         """Write the Hugging Face tokenizer files (`save_pretrained`) and the case option."""
-        from slm_lm.scorer import _atomic_write
+        from slm_lm.fileio import write_atomic
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.hf.save_pretrained(directory)
-        _atomic_write(directory / CASE_FILE, lambda f: f.write(json.dumps({"case": self.case}).encode()))
+        write_atomic(directory / CASE_FILE, json.dumps({"case": self.case}))
 
     def encode(self, text: str, unknown: str = "error") -> list:
         """Ids of the pieces of `text` after `case` (no special tokens).

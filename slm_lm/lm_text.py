@@ -36,13 +36,10 @@ under ``<out>.parts/`` first, so an interrupted run resumes at the first unfinis
 import gzip
 import hashlib
 import json
-import os
 import re
 import shutil
-import tempfile
 import time
 from collections import Counter, deque
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -50,6 +47,7 @@ from typing import Iterable, Iterator
 from tqdm import tqdm
 
 from slm_lm.errors import InputError
+from slm_lm.fileio import atomic_open
 from slm_lm.text_norm import normalize_librispeech
 
 __all__ = [
@@ -91,8 +89,6 @@ _LOWER = re.compile(r"[a-z]")
 _TERMINAL = re.compile(r"""(?:[.!?;:,\-\u2014\u2013]|\.\.\.)[\s"'\u2019\u201d)\]_*]*$""")
 _BOUNDARY = re.compile(r"""([.!?]+)(["'\u2019\u201d)\]_]*)\s+(?=["'\u2018\u201c(\[_]*[A-Z0-9])""")
 _LAST_WORD = re.compile(r"([A-Za-z]+)$")
-_UMASK = os.umask(0o022)  # read the process umask (os.umask both sets and returns it)
-os.umask(_UMASK)
 NON_FINAL = frozenset(
     "Mr Mrs Dr St Messrs Mme Mlle Capt Col Gen Lieut Lt Prof Rev Hon Sgt Gov Maj No Nos Vol Ch Fig "
     "MR MRS DR ST MESSRS viz cf vs Mt Ft".split()
@@ -350,21 +346,6 @@ class NgramFilter:
 
 
 # ----------------------------------------------------------------------------------- one file
-@contextmanager
-def _atomic_open(path: Path):
-    """Text file opened for writing under a temporary name, moved to `path` on success."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            yield handle
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def _normalized_sentences(path: Path, stats: Counter) -> Iterator[tuple[int, str]]:
     for number, line in read_text_lines(path):
         stats["words_in"] += len(line.split())
@@ -395,7 +376,7 @@ def _process_file(path: Path, normalized: bool, exclusion: ExclusionSet, config:
             stats[f"words_dropped_{reason}"] += n_words
 
     source = (_normalized_sentences(path, stats) if normalized else book_sentences(path, stats, problems))
-    with _atomic_open(part) as handle:
+    with atomic_open(part) as handle:
         for number, raw in source:
             sentence = normalize_librispeech(raw)
             stats["sentences_in"] += 1
@@ -473,14 +454,14 @@ def prepare_lm_text(inputs: list[Path], out: Path, exclude: list[Path] = (), con
                 result, resumed = saved, resumed + 1
         if result is None:
             result = {"key": key, **_process_file(path, normalized, exclusion, config, part)}
-            with _atomic_open(meta) as handle:
+            with atomic_open(meta) as handle:
                 json.dump(result, handle)
         results.append(result)
         totals.update(result["stats"])
         progress.set_postfix(sentences=totals["sentences_out"], contaminated=totals["sentences_dropped_contaminated"])
 
     counts = Counter()
-    with _atomic_open(out) as train, _atomic_open(valid_out) as valid:
+    with atomic_open(out) as train, atomic_open(valid_out) as valid:
         for index, _ in enumerate(tqdm(results, desc="merge parts", unit="file")):
             with open(parts_dir / f"{index:06d}.txt", encoding="utf-8") as handle:
                 for sentence in handle:
@@ -493,7 +474,7 @@ def prepare_lm_text(inputs: list[Path], out: Path, exclude: list[Path] = (), con
                         train.write(sentence)
                         counts["train_sentences"] += 1
                         counts["train_words"] += sentence.count(" ") + 1
-    with _atomic_open(contaminated_tsv) as handle:
+    with atomic_open(contaminated_tsv) as handle:
         handle.write("file\tline\ttranscript_file\tutterance_id\tngram\tsentence\n")
         for result in results:
             for row in result["matches"]:
@@ -514,7 +495,7 @@ def prepare_lm_text(inputs: list[Path], out: Path, exclude: list[Path] = (), con
         "files_resumed": resumed,
         "seconds": round(time.time() - started, 1),
     }
-    with _atomic_open(report) as handle:
+    with atomic_open(report) as handle:
         json.dump(summary, handle, indent=1)
     if not keep_parts:
         shutil.rmtree(parts_dir)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from slm_lm.errors import InputError
+from slm_lm.fileio import atomic_open, write_atomic
 from slm_lm.nbest import Hypothesis, NbestSet
 
 
@@ -71,15 +71,6 @@ def am_score(hyp: Hypothesis, am_weights: dict[str, float] | None) -> float:
 
 # ----------------------------------------------------------------------------------------------
 # LM scores with an on-disk cache
-
-
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write a file atomically (temporary file in the same directory, then os.replace)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data.encode("utf-8") if isinstance(data, str) else data)
-    os.replace(tmp, path)
 
 
 class LMScoreCache:
@@ -391,11 +382,9 @@ def plot_dev_wer(path: str | Path, dev_sets: list[ScoredSet], result: TuneResult
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fig.savefig(tmp, format="png", dpi=120)
+    with atomic_open(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=120)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def _describe_grid(grid: list[float]) -> str:

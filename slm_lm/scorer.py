@@ -1,8 +1,6 @@
 """Sentence scoring: tokenizer + LM, batched by a token budget, order preserved."""
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import torch
@@ -10,6 +8,7 @@ from tqdm import tqdm
 
 from slm_lm.config import LMConfig
 from slm_lm.errors import InputError
+from slm_lm.fileio import atomic_open, write_atomic
 from slm_lm.models import LanguageModel, MaskedLM, model_from_config
 from slm_lm.text_norm import normalize_librispeech
 from slm_lm.tokenizer import Tokenizer
@@ -144,9 +143,10 @@ class Scorer:
             config["scorer"].update(mlm_k=self.model.k, mlm_seed=self.model.seed)
         if getattr(self.tokenizer, "kind", None) == "hf":
             config["tokenizer"] = "hf"
-        _atomic_write(directory / WEIGHTS_FILE, lambda f: torch.save(self.model.state_dict(), f))
+        with atomic_open(directory / WEIGHTS_FILE, "wb") as f:
+            torch.save(self.model.state_dict(), f)
         self.tokenizer.save(directory)
-        _atomic_write(directory / CONFIG_FILE, lambda f: f.write(json.dumps(config, indent=2).encode()))
+        write_atomic(directory / CONFIG_FILE, json.dumps(config, indent=2))
 
     @classmethod
     def from_pretrained(cls, directory, **options) -> "Scorer":
@@ -193,14 +193,3 @@ def load_scorer(spec: str, **options):
         return load_hf_scorer(kind, path, **options)
     return Scorer.from_pretrained(spec, **options)
 
-
-def _atomic_write(path: Path, write) -> None:
-    """Call write(binary file) on a temp file beside `path`, then rename it into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise

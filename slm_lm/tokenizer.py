@@ -6,12 +6,12 @@ normalise it first (`slm_lm.text_norm.normalize_librispeech`) as the training te
 """
 
 import os
-import tempfile
 from pathlib import Path
 
 import sentencepiece as spm
 
 from slm_lm.errors import InputError
+from slm_lm.fileio import write_atomic
 
 __all__ = ["Tokenizer", "read_token_list", "check_token_list", "BLANK", "UNK", "MASK", "SOS_EOS"]
 
@@ -46,20 +46,6 @@ def read_token_list(path) -> list:
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: cannot read the token list: {e}") from None
     return check_token_list(text.splitlines(), str(path))
-_UMASK = os.umask(0o022)  # read the process umask (os.umask both sets and returns it)
-os.umask(_UMASK)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 class Tokenizer:
@@ -116,8 +102,8 @@ class Tokenizer:
         """Write `bpe.model` and `tokens.txt` into `directory` (each atomically)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        _write_atomic(directory / "bpe.model", self._model_bytes)
-        _write_atomic(directory / "tokens.txt", ("\n".join(self.token_list) + "\n").encode("utf-8"))
+        write_atomic(directory / "bpe.model", self._model_bytes)
+        write_atomic(directory / "tokens.txt", ("\n".join(self.token_list) + "\n").encode("utf-8"))
 
     def encode(self, text: str, unknown: str = "error") -> list:
         """Token-list indices of the pieces of `text` (no boundary tokens).

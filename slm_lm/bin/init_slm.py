@@ -43,7 +43,7 @@ def save_espnet(scorer, out: Path, vocabulary: bool) -> list:
     """Write OUT/lm.pth (`lm.backbone.*`) and OUT/lm_conf.yaml; returns the left-out parameter names."""
     import yaml
 
-    from slm_lm.scorer import _atomic_write
+    from slm_lm.fileio import atomic_open, write_atomic
 
     out.mkdir(parents=True, exist_ok=True)
     state = scorer.model.state_dict()
@@ -52,8 +52,9 @@ def save_espnet(scorer, out: Path, vocabulary: bool) -> list:
     conf = scorer.model.config.to_dict()
     for key in ("kind", "vocab_size", "mask_id"):  # ESPnet's token list sets these
         conf.pop(key)
-    _atomic_write(out / "lm.pth", lambda f: torch.save(weights, f))
-    _atomic_write(out / "lm_conf.yaml", lambda f: f.write(yaml.safe_dump({"lm_conf": conf}, sort_keys=False).encode()))
+    with atomic_open(out / "lm.pth", "wb") as f:
+        torch.save(weights, f)
+    write_atomic(out / "lm_conf.yaml", yaml.safe_dump({"lm_conf": conf}, sort_keys=False))
     return left_out
 
 

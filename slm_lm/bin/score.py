@@ -4,12 +4,11 @@ The score is the natural-log probability of the sentence (its pieces and the end
 n_tokens counts those scored tokens. With --tokens a fourth column lists `piece:logprob` pairs.
 """
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from slm_lm.errors import InputError
+from slm_lm.fileio import atomic_open
 
 
 def parse_args(argv=None):
@@ -71,11 +70,8 @@ def main(argv=None):
     if args.output == "-":
         sys.stdout.writelines(rows)
         return
-    out = Path(args.output)
-    fd, tmp = tempfile.mkstemp(dir=out.parent if str(out.parent) else ".", prefix=f".{out.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
+    with atomic_open(args.output) as f:
         f.writelines(rows)
-    os.replace(tmp, out)
 
 
 if __name__ == "__main__":
