@@ -1,0 +1,50 @@
+"""Markdown table of the equal-budget comparison written by local/compare_lms.sh.
+
+Usage: python local/compare_table.py OUT_DIR
+"""
+import json
+import math
+import sys
+from pathlib import Path
+
+KINDS = ("slm", "clm", "mlm", "bilm")
+
+
+def heldout(path: Path):
+    """(nats per token, perplexity) from an slm-score TSV (line, score, n_tokens)."""
+    total = tokens = 0.0
+    for line in path.read_text().splitlines():
+        _, score, n = line.split("\t")[:3]
+        total += float(score)
+        tokens += int(n)
+    return -total / tokens, math.exp(-total / tokens)
+
+
+def main(out: Path) -> str:
+    rows = ["| LM | held-out CE (nats/token) | PPL | BLiMP (%) | dev_clean WER (λ from dev_other) | "
+            "dev_other WER (λ from dev_clean) |", "|---|---|---|---|---|---|"]
+    baselines = None
+    for kind in KINDS:
+        ev = out / "eval" / kind
+        ce, ppl = heldout(ev / "heldout.tsv")
+        blimp = json.loads((ev / "blimp" / "blimp_results.json").read_text())["overall"]
+        cells = {}
+        for dev, test in (("dev_other", "dev_clean"), ("dev_clean", "dev_other")):
+            tuning = json.loads((ev / f"tune_{dev}" / "tuning.json").read_text())
+            report = next(s for s in tuning["sets"] if s["name"] == test)
+            cells[test] = f"{report['wer_rescored']:.2f} (λ={tuning['best']['lambdas'][0]:g})"
+            baselines = baselines or {}
+            baselines[test] = report
+        ppl_note = " (pseudo)" if kind == "mlm" else ""
+        rows.append(f"| {kind} | {ce:.3f} | {ppl:.1f}{ppl_note} | {blimp:.1f} | {cells['dev_clean']} | "
+                    f"{cells['dev_other']} |")
+    rows.append(f"| AM only (no LM) | | | | {baselines['dev_clean']['wer_am']:.2f} | {baselines['dev_other']['wer_am']:.2f} |")
+    rows.append(f"| their first-pass LM (file score) | | | | {baselines['dev_clean']['wer_file']:.2f} | "
+                f"{baselines['dev_other']['wer_file']:.2f} |")
+    rows.append(f"| oracle (10-best) | | | | {baselines['dev_clean']['wer_oracle']:.2f} | "
+                f"{baselines['dev_other']['wer_oracle']:.2f} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(main(Path(sys.argv[1])))

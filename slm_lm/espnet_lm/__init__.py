@@ -1,0 +1,4 @@
+"""ESPnet integration: slm_lm LMs trained by ESPnet's trainer as ESPnet LM classes.
+
+Importing this package does not import ESPnet; its submodules do (`task`, `lm`, `espnet_model`).
+"""

@@ -1,0 +1,123 @@
+"""Checks of ESPnet LM-training inputs (token list, lm_conf, text and shape files) -> `InputError`.
+
+No ESPnet import here: `export` uses these checks when loading an experiment for scoring.
+"""
+import argparse
+from dataclasses import fields
+
+from slm_lm.config import SIZES, LMConfig
+from slm_lm.errors import InputError
+from slm_lm.tokenizer import check_token_list
+from slm_lm.tokenizer import read_token_list as read_tokens_file
+
+# Tokens an utterance takes beyond its pieces: <sos/eos> on both sides.
+BOUNDARY_TOKENS = 2
+
+
+def config_source(args: argparse.Namespace) -> str:
+    """How to name the configuration in messages: the YAML file when there is one."""
+    return f"config {args.config}" if getattr(args, "config", None) else "command line"
+
+
+def read_token_list(token_list) -> list:
+    """ESPnet's `--token_list`: a file path, or the list stored in an experiment's config.yaml; checked."""
+    if isinstance(token_list, (list, tuple)):
+        return check_token_list(list(token_list), "token_list")
+    return read_tokens_file(token_list)
+
+
+def lm_config(kind: str, vocab_size: int, lm_conf: dict, where: str) -> LMConfig:
+    """The `LMConfig` that `--lm kind --lm_conf ...` describes; bad keys or values raise `InputError`."""
+    allowed = {"size"} | {f.name for f in fields(LMConfig)} - {"kind", "vocab_size"}
+    unknown = sorted(set(lm_conf) - allowed)
+    if unknown:
+        raise InputError(f"{where}: lm_conf: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    conf = dict(lm_conf)
+    size = conf.pop("size", "small")
+    if size not in SIZES:
+        raise InputError(f"{where}: lm_conf: size {size!r} is not one of {sorted(SIZES)}")
+    try:
+        return LMConfig.from_size(kind, vocab_size, size, **conf)
+    except (ValueError, TypeError) as e:
+        raise InputError(f"{where}: lm_conf: {e}") from None
+
+
+def read_shape_file(path: str, max_tokens: int) -> dict:
+    """{utterance id: line number} of an ESPnet shape file (`uttid length[,dim]`), lengths checked."""
+    lines = {}
+    for number, line in enumerate(_text_lines(path), 1):
+        parts = line.split()
+        if len(parts) != 2:
+            raise InputError(f"{path}:{number}: expected 'utterance_id length', got {line!r}")
+        uttid, shape = parts
+        try:
+            length = int(shape.split(",")[0])
+        except ValueError:
+            raise InputError(f"{path}:{number}: length {shape!r} is not an integer") from None
+        if length > max_tokens:
+            raise InputError(
+                f"{path}:{number}: utterance {uttid} has {length} tokens; the model takes at most {max_tokens} "
+                f"(max_positions minus {BOUNDARY_TOKENS}): split or remove it in data preparation"
+            )
+        if uttid in lines:
+            raise InputError(f"{path}:{number}: utterance {uttid} repeats line {lines[uttid]}")
+        lines[uttid] = number
+    if not lines:
+        raise InputError(f"{path}: empty shape file")
+    return lines
+
+
+def check_text_file(path: str, needed: dict, shape_path: str) -> None:
+    """An ESPnet text file (`uttid text` per line, UTF-8) holding each utterance `needed` exactly once."""
+    found = set()
+    for number, line in enumerate(_text_lines(path), 1):
+        parts = line.split(maxsplit=1)
+        if not parts:
+            raise InputError(f"{path}:{number}: empty line; expected 'utterance_id text'")
+        if len(parts) == 1:
+            raise InputError(f"{path}:{number}: utterance {parts[0]} has no text")
+        if parts[0] in needed:
+            if parts[0] in found:
+                raise InputError(f"{path}:{number}: utterance {parts[0]} appears twice")
+            found.add(parts[0])
+    missing = [uttid for uttid in needed if uttid not in found]
+    if missing:
+        raise InputError(
+            f"{shape_path}:{needed[missing[0]]}: utterance {missing[0]} is not in {path} "
+            f"({len(missing)} utterance(s) missing)"
+        )
+
+
+def _text_lines(path: str):
+    """Lines of a UTF-8 text file without line ends; unreadable files and bad bytes raise `InputError`."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    with f:
+        for number, raw in enumerate(f, 1):
+            try:
+                yield raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as e:
+                raise InputError(f"{path}:{number}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
+
+
+def check_data(args: argparse.Namespace, max_tokens: int) -> None:
+    """Text files readable and well formed; every shape-file utterance present and short enough."""
+    for mode in ("train", "valid"):
+        entries = getattr(args, f"{mode}_data_path_and_name_and_type")
+        shape_files = getattr(args, f"{mode}_shape_file")
+        text_entries = [path for path, name, _ in entries if name == "text"]
+        if not text_entries:
+            raise InputError(f"--{mode}_data_path_and_name_and_type: no 'text' entry (expected PATH,text,text)")
+        for path, name, kind in entries:
+            if kind != "text":
+                raise InputError(f"--{mode}_data_path_and_name_and_type {path},{name},{kind}: type must be 'text'")
+        if args.collect_stats:
+            for path in text_entries:
+                check_text_file(path, {}, "")
+            continue
+        if not shape_files:
+            raise InputError(f"--{mode}_shape_file is required (ESPnet batches by the lengths it lists)")
+        needed = read_shape_file(shape_files[0], max_tokens)
+        check_text_file(text_entries[0], needed, shape_files[0])

@@ -1,0 +1,78 @@
+"""Plain text (one sentence per line) -> ESPnet LM data: `text` (`uttid sentence`) and `text_shape`.
+
+`text_shape` lines are `uttid n_pieces`, the lengths ESPnet's batch samplers read; the pieces are
+counted with the same sentencepiece model ESPnet's preprocessor uses, so no collect-stats pass is needed.
+"""
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import sentencepiece as spm
+from tqdm import tqdm
+
+from slm_lm.errors import InputError
+
+
+def write_espnet_text(sentences, out_dir, bpemodel, prefix: str = "utt") -> int:
+    """Write `out_dir/text` and `out_dir/text_shape` from a one-sentence-per-line file; returns lines.
+
+    Utterance ids are `<prefix><line number, 9 digits>`. Empty lines or lines that are not UTF-8 raise
+    `InputError` naming the line; both files are written atomically.
+    """
+    sentences, out_dir = Path(sentences), Path(out_dir)
+    try:
+        processor = spm.SentencePieceProcessor(model_file=str(bpemodel))
+    except (OSError, RuntimeError) as e:
+        raise InputError(f"{bpemodel}: cannot load the sentencepiece model: {e}") from None
+    try:
+        source = sentences.open("rb")
+    except OSError as e:
+        raise InputError(f"{sentences}: cannot read: {e.strerror}") from None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    temps = {name: tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=out_dir, prefix=f".{name}.", delete=False)
+             for name in ("text", "text_shape")}
+    try:
+        with source:
+            count = 0
+            for number, raw in enumerate(tqdm(source, desc=f"{sentences.name} -> ESPnet text", unit=" lines"), 1):
+                try:
+                    line = " ".join(raw.decode("utf-8").split())
+                except UnicodeDecodeError as e:
+                    raise InputError(f"{sentences}:{number}: not valid UTF-8 ({e.reason})") from None
+                if not line:
+                    raise InputError(f"{sentences}:{number}: empty line")
+                uttid = f"{prefix}{number:09d}"
+                temps["text"].write(f"{uttid} {line}\n")
+                temps["text_shape"].write(f"{uttid} {len(processor.encode(line))}\n")
+                count = number
+        for name, f in temps.items():
+            f.close()
+            os.replace(f.name, out_dir / name)
+    except BaseException:
+        for f in temps.values():
+            f.close()
+            if os.path.exists(f.name):
+                os.unlink(f.name)
+        raise
+    return count
+
+
+def main(argv=None):
+    """CLI: python -m slm_lm.espnet_lm.data SENTENCES OUT_DIR --bpemodel BPE [--prefix P]."""
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("sentences", help="plain text, one sentence per line")
+    p.add_argument("out_dir", help="writes OUT_DIR/text and OUT_DIR/text_shape")
+    p.add_argument("--bpemodel", required=True, help="sentencepiece model (the one given to lm_train)")
+    p.add_argument("--prefix", default="utt", help="utterance-id prefix")
+    args = p.parse_args(argv)
+    try:
+        n = write_espnet_text(args.sentences, args.out_dir, args.bpemodel, args.prefix)
+    except InputError as e:
+        sys.exit(f"slm_lm.espnet_lm.data: error: {e}")
+    print(f"{n} utterances -> {args.out_dir}/text, {args.out_dir}/text_shape")
+
+
+if __name__ == "__main__":
+    main()

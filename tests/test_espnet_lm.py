@@ -1,0 +1,355 @@
+"""ESPnet integration: the four kinds train with ESPnet's trainer (`slm-lm-train`), resume exactly,
+load into `Scorer.from_pretrained`, and bad inputs fail with `InputError` naming file and line.
+
+Data: a slice of the shared Gutenberg text (one book), normalised LibriSpeech-style, with a small
+sentencepiece model trained on the fly. Training runs in-process on CPU with a tiny model.
+"""
+import gzip
+import math
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from slm_lm.bpe import train_bpe
+from slm_lm.errors import InputError
+from slm_lm.espnet_lm.data import write_espnet_text
+from slm_lm.text_norm import normalize_librispeech
+
+pytest.importorskip("espnet2")  # the venv always has it; this only keeps the error readable elsewhere
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+BOOK = SHARED / "data" / "text" / "gutenberg" / "pg10124.txt.gz"
+MINI_CONFIG = REPO / "egs" / "librispeech_slm" / "conf" / "train_lm_{kind}_mini.yaml"
+N_TRAIN, N_VALID = 1500, 150
+# The tiny training run: the mini recipe config with a very small model (2 layers, d_model 32, no
+# dropout), batches of ~1024 padded pieces (~40 sentences), 4 epochs x 120 updates = 480 updates at a
+# nearly constant lr after 30 warm-up updates (bidirectional models first sit on a unigram plateau).
+TINY = {
+    "lm_conf": {"size": "tiny", "d_model": 32, "n_heads": 2, "d_ff": 64, "dropout": 0.0, "max_positions": 256},
+    "batch_bins": 1024, "num_iters_per_epoch": 120, "max_epoch": 4, "num_workers": 0, "seed": 0,
+    "scheduler_conf": {"warmup_steps_list": [0, 30, 4800], "warmup_lr_list": [0.0, 0.005, 0.0]},
+    "use_matplotlib": False, "use_tensorboard": False,
+}
+
+
+def tiny_config(directory: Path, kind: str, **update) -> Path:
+    """The shipped mini config of `kind` with TINY (and `update`) applied, written to directory."""
+    config = yaml.safe_load(Path(str(MINI_CONFIG).format(kind=kind)).read_text())
+    config.update(TINY, **update)
+    path = directory / f"tiny_{kind}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """train/valid ESPnet text + shape files, bpe.model and tokens.txt from one Gutenberg book."""
+    root = tmp_path_factory.mktemp("espnet_lm_data")
+    with gzip.open(BOOK, "rt", encoding="utf-8") as f:
+        paragraphs = f.read().split("\n\n")
+    sentences = []
+    for paragraph in paragraphs:
+        for sentence in re.split(r"(?<=[.!?])\s+", " ".join(paragraph.split())):
+            normalised = normalize_librispeech(sentence)
+            if 3 <= len(normalised.split()) <= 25:
+                sentences.append(normalised)
+    assert len(sentences) >= N_TRAIN + N_VALID, len(sentences)
+    (root / "train.txt").write_text("\n".join(sentences[:N_TRAIN]) + "\n")
+    (root / "valid.txt").write_text("\n".join(sentences[N_TRAIN : N_TRAIN + N_VALID]) + "\n")
+    tokenizer = train_bpe(root / "train.txt", root / "tok", vocab_size=150)
+    for split in ("train", "valid"):
+        write_espnet_text(root / f"{split}.txt", root / split, root / "tok" / "bpe.model")
+    return {"root": root, "vocab_size": tokenizer.vocab_size}
+
+
+def train_args(data, out, kind="slm", max_epoch=4, extra=(), config=None):
+    root = data["root"]
+    return [
+        "--config", str(config or tiny_config(out.parent, kind)), "--max_epoch", str(max_epoch),
+        "--token_list", str(root / "tok" / "tokens.txt"), "--bpemodel", str(root / "tok" / "bpe.model"),
+        "--token_type", "bpe",
+        "--train_data_path_and_name_and_type", f"{root}/train/text,text,text",
+        "--train_shape_file", f"{root}/train/text_shape",
+        "--valid_data_path_and_name_and_type", f"{root}/valid/text,text,text",
+        "--valid_shape_file", f"{root}/valid/text_shape",
+        "--output_dir", str(out), *extra,
+    ]
+
+
+def train(args):
+    from slm_lm.espnet_lm.task import SlmLMTask
+
+    torch.set_num_threads(1)
+    SlmLMTask.main(cmd=args)
+
+
+def reporter_stats(out):
+    """{epoch: {"train": {...}, "valid": {...}}} from ESPnet's checkpoint.pth."""
+    return torch.load(out / "checkpoint.pth", map_location="cpu", weights_only=False)["reporter"]["stats"]
+
+
+def test_espnet_batch_becomes_sentence_input():
+    from slm_lm.espnet_lm.espnet_model import sentence_batch
+
+    text = torch.tensor([[5, 6, 7], [8, 0, 0], [0, 0, 0]])
+    tokens, lengths = sentence_batch(text, torch.tensor([3, 1, 0]), eos_id=9)
+    assert tokens.tolist() == [[9, 5, 6, 7, 9], [9, 8, 9, 0, 0], [9, 9, 0, 0, 0]]
+    assert lengths.tolist() == [5, 3, 2]
+
+
+def test_kinds_registered_in_espnet_lm_choices():
+    """`--lm slm` etc. parse with our CLI and with ESPnet's own LMTask parser (shared lm_choices)."""
+    from espnet2.tasks.lm import LMTask
+
+    from slm_lm.bin.lm_train import get_parser
+    from slm_lm.espnet_lm.lm import SlmLMForESPnet
+
+    for parser in (get_parser(), LMTask.get_parser()):
+        for kind in ("slm", "clm", "mlm", "bilm"):
+            args = parser.parse_args(["--lm", kind, "--token_list", "x", "--output_dir", "y"])
+            assert args.lm == kind
+    from espnet2.tasks.lm import lm_choices
+
+    assert all(issubclass(lm_choices.get_class(k), SlmLMForESPnet) for k in ("slm", "clm", "mlm", "bilm"))
+
+
+def test_shipped_configs_parse_and_hold_paper_hyper_parameters(tmp_path):
+    """Every recipe config parses with ESPnet's parser and passes our checks; the tuning configs carry
+    the paper's settings (8192 tokens, 125k updates, AdamW 0.9/0.98 eps 1e-6 wd 0.01, 10k warm-up to
+    5e-4 then linear decay to 0)."""
+    from slm_lm.bin.lm_train import get_parser
+    from slm_lm.espnet_lm.checks import lm_config
+    from slm_lm.espnet_lm.task import check_options
+
+    conf = REPO / "egs" / "librispeech_slm" / "conf"
+    paths = sorted(conf.glob("train_lm_*_mini.yaml")) + sorted((conf / "tuning").glob("train_lm_*.yaml"))
+    assert len(paths) == 12, paths
+    parser = get_parser()
+    for path in paths:
+        args = parser.parse_args(["--config", str(path), "--token_list", "t", "--output_dir", str(tmp_path)])
+        check_options(args)
+        cfg = lm_config(args.lm, 5003, args.lm_conf, str(path))
+        assert path.name.startswith(f"train_lm_{cfg.kind}_")
+        if path.parent.name == "tuning":
+            size = path.stem.rsplit("_", 1)[1]
+            assert (cfg.n_layers, cfg.d_model) == {"small": (6, 512), "base": (12, 768)}[size]
+            assert args.batch_bins == 8192 and args.max_epoch * args.num_iters_per_epoch == 125000
+            assert args.optim == "adamw" and args.optim_conf == {
+                "lr": 5e-4, "betas": [0.9, 0.98], "eps": 1e-6, "weight_decay": 0.01}
+            assert args.scheduler_conf == {"warmup_steps_list": [0, 10000, 125000],
+                                           "warmup_lr_list": [0.0, 5e-4, 0.0]}
+            assert cfg.dropout == 0.1 and args.use_amp
+
+
+def unigram_entropy(data) -> float:
+    """Per-token entropy (nats) of the train pieces + end of sentence: the best context-free loss."""
+    from slm_lm.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer(data["root"] / "tok" / "bpe.model", data["root"] / "tok" / "tokens.txt")
+    counts = Counter()
+    for line in (data["root"] / "train.txt").read_text().splitlines():
+        counts.update(tokenizer.encode(line) + [tokenizer.eos_id])
+    total = sum(counts.values())
+    return -sum(c / total * math.log(c / total) for c in counts.values())
+
+
+def test_slm_validation_loss_drops_and_loads_into_scorer(data, tmp_path):
+    """480 updates of a tiny SLM through ESPnet's trainer. Stated margins: the final valid loss is at
+    least 0.25 nats below the epoch-1 valid loss and 0.3 below the train unigram entropy (so the model
+    uses context; an untrained model scores about log V, checked below). The experiment directory
+    loads into Scorer.from_pretrained with ESPnet's averaged weights."""
+    from slm_lm.espnet_lm.export import load_espnet_experiment
+    from slm_lm.models import model_from_config
+    from slm_lm.scorer import Scorer
+
+    out = tmp_path / "exp"
+    train(train_args(data, out))
+    stats = reporter_stats(out)
+    valid = [stats[e]["valid"]["loss"] for e in (1, 2, 3, 4)]
+    unigram = unigram_entropy(data)
+    assert valid[-1] < valid[0] - 0.25, valid
+    assert valid[-1] < unigram - 0.3, (valid, unigram)
+    assert (out / "valid.loss.ave.pth").exists()  # ESPnet's n-best checkpoint averaging ran
+
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["lm"] == "slm" and config["lm_conf"]["d_model"] == 32
+    model, tokenizer = load_espnet_experiment(out)
+    scorer = Scorer.from_pretrained(out)
+    sentences = (data["root"] / "valid.txt").read_text().splitlines()[:40]
+    n_tokens = sum(len(tokenizer.encode(s)) + 1 for s in sentences)
+    trained_nll = -sum(scorer.score(sentences)) / n_tokens
+    torch.manual_seed(0)
+    untrained_nll = -sum(Scorer(model_from_config(model.config), tokenizer).score(sentences)) / n_tokens
+    log_v = math.log(data["vocab_size"])
+    assert abs(untrained_nll - log_v) < 0.5, (untrained_nll, log_v)
+    assert trained_nll < untrained_nll - 0.5, (trained_nll, untrained_nll)
+
+    state = torch.load(out / "valid.loss.ave.pth", map_location="cpu")
+    for name, value in scorer.model.state_dict().items():
+        torch.testing.assert_close(value, state[f"lm.backbone.{name}"])
+
+
+@pytest.mark.parametrize("kind", ["clm", "mlm", "bilm"])
+def test_baseline_kinds_train_and_load(data, tmp_path, kind):
+    """Each baseline's objective trains through ESPnet (1 epoch, 120 updates): valid loss at least 0.3
+    below log V (an untrained model's loss), and the experiment loads for scoring."""
+    from slm_lm.scorer import Scorer
+
+    out = tmp_path / kind
+    train(train_args(data, out, kind=kind, max_epoch=1))
+    stats = reporter_stats(out)
+    assert stats[1]["valid"]["loss"] < math.log(data["vocab_size"]) - 0.3, stats[1]["valid"]
+    scorer = Scorer.from_pretrained(out)
+    assert scorer.model.config.kind == kind
+    scores = scorer.score(["THE MAN WENT HOME", ""])
+    assert all(math.isfinite(s) and s < 0 for s in scores)
+
+
+def test_resume_matches_uninterrupted_run(data, tmp_path):
+    """Stop after epoch 1 (as a kill after its checkpoint), resume with --resume true to epoch 3: the
+    losses of epochs 2-3 equal an uninterrupted run's within 1e-5 relative, the final weights within
+    1e-5. Dropout 0.1 is on, so the random state must be restored too."""
+    lm_conf = {**TINY["lm_conf"], "dropout": 0.1}
+    extra = ["--num_iters_per_epoch", "20"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    train(train_args(data, full, max_epoch=3, extra=extra, config=tiny_config(tmp_path, "slm", lm_conf=lm_conf)))
+    train(train_args(data, part, max_epoch=1, extra=extra, config=tiny_config(tmp_path, "slm", lm_conf=lm_conf)))
+    assert not (part / "2epoch.pth").exists()
+    resume = [*extra, "--resume", "true"]
+    train(train_args(data, part, max_epoch=3, extra=resume, config=tiny_config(tmp_path, "slm", lm_conf=lm_conf)))
+    a, b = reporter_stats(full), reporter_stats(part)
+    for epoch in (2, 3):
+        for phase in ("train", "valid"):
+            assert b[epoch][phase]["loss"] == pytest.approx(a[epoch][phase]["loss"], rel=1e-5), (epoch, phase)
+    wa = torch.load(full / "3epoch.pth", map_location="cpu")
+    wb = torch.load(part / "3epoch.pth", map_location="cpu")
+    for name in wa:
+        torch.testing.assert_close(wb[name], wa[name], rtol=1e-5, atol=1e-6)
+
+
+def expect_input_error(args, *fragments):
+    with pytest.raises(InputError) as info:
+        train(args)
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+def test_missing_token_list(data, tmp_path):
+    args = train_args(data, tmp_path / "x")
+    args[args.index("--token_list") + 1] = str(tmp_path / "nope" / "tokens.txt")
+    expect_input_error(args, "nope/tokens.txt", "cannot read the token list")
+
+
+def test_token_list_without_slm_layout(data, tmp_path):
+    tokens = (data["root"] / "tok" / "tokens.txt").read_text().splitlines()
+    bad = tmp_path / "tokens.txt"
+    bad.write_text("\n".join(tokens[:-2] + tokens[-1:]) + "\n")  # <mask> missing
+    args = train_args(data, tmp_path / "x")
+    args[args.index("--token_list") + 1] = str(bad)
+    expect_input_error(args, str(bad), "<mask>")
+
+
+@pytest.mark.parametrize(
+    "config_update, fragments",
+    [
+        ({"lm_conf": {"size": "tiny", "n_heads": 3}}, ["lm_conf", "not divisible"]),
+        ({"lm_conf": {"size": "tiny", "layers": 2}}, ["lm_conf", "unknown key", "layers"]),
+        ({"lm_conf": {"size": "huge"}}, ["lm_conf", "huge"]),
+        ({"optim_conf": {"lr": -1.0}}, ["optim_conf", "learning rate"]),
+        ({"scheduler_conf": {"warmup_steps": 10}}, ["scheduler_conf", "warmup_steps"]),
+        ({"batch_bins": 0}, ["batch_bins must be positive"]),
+    ],
+)
+def test_bad_config_values(data, tmp_path, config_update, fragments):
+    config = tiny_config(tmp_path, "slm", **config_update)
+    expect_input_error(train_args(data, tmp_path / "x", config=config), str(config), *fragments)
+
+
+def test_unreadable_and_malformed_text(data, tmp_path):
+    root = data["root"]
+    lines = (root / "train" / "text").read_bytes().splitlines(keepends=True)
+
+    missing = train_args(data, tmp_path / "x")
+    i = missing.index("--train_data_path_and_name_and_type") + 1
+    missing[i] = f"{tmp_path}/absent/text,text,text"
+    expect_input_error(missing, "absent/text", "cannot read")
+
+    bad_bytes = tmp_path / "latin1.txt"
+    bad_bytes.write_bytes(lines[0] + b"utt_x CAF\xe9\n" + b"".join(lines[1:]))
+    args = train_args(data, tmp_path / "x")
+    args[i] = f"{bad_bytes},text,text"
+    expect_input_error(args, f"{bad_bytes}:2", "UTF-8")
+
+    no_text = tmp_path / "no_text.txt"
+    no_text.write_bytes(b"".join(lines[:5]) + b"utt_y\n" + b"".join(lines[5:]))
+    args[i] = f"{no_text},text,text"
+    expect_input_error(args, f"{no_text}:6", "no text")
+
+    short = tmp_path / "short.txt"
+    short.write_bytes(b"".join(lines[:-1]))
+    args[i] = f"{short},text,text"
+    expect_input_error(args, f"{root}/train/text_shape:{len(lines)}", "not in", str(short))
+
+
+def test_over_long_utterance_in_shape_file(data, tmp_path):
+    shape = (data["root"] / "train" / "text_shape").read_text().splitlines()
+    uttid = shape[2].split()[0]
+    shape[2] = f"{uttid} 9999"
+    path = tmp_path / "text_shape"
+    path.write_text("\n".join(shape) + "\n")
+    args = train_args(data, tmp_path / "x")
+    args[args.index("--train_shape_file") + 1] = str(path)
+    expect_input_error(args, f"{path}:3", uttid, "9999 tokens")
+
+
+def test_plain_text_conversion_errors(data, tmp_path):
+    bpe = data["root"] / "tok" / "bpe.model"
+    empty = tmp_path / "empty_line.txt"
+    empty.write_text("A B C\n\nD E\n")
+    with pytest.raises(InputError, match=r"empty_line.txt:2: empty line"):
+        write_espnet_text(empty, tmp_path / "out", bpe)
+    assert not (tmp_path / "out" / "text").exists()
+    with pytest.raises(InputError, match="cannot read"):
+        write_espnet_text(tmp_path / "absent.txt", tmp_path / "out", bpe)
+
+
+def test_cli_reports_input_error_in_one_line(data, tmp_path):
+    from slm_lm.bin.lm_train import main
+
+    args = train_args(data, tmp_path / "x")
+    args[args.index("--token_list") + 1] = str(tmp_path / "missing_tokens.txt")
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert str(info.value.code).startswith("slm-lm-train: error: "), info.value.code
+    assert "missing_tokens.txt" in str(info.value.code)
+
+
+def test_export_errors(data, tmp_path):
+    from slm_lm.espnet_lm.export import load_espnet_experiment
+
+    tokens = (data["root"] / "tok" / "tokens.txt").read_text().splitlines()
+    config = {"lm": "transformer", "token_list": tokens, "bpemodel": str(data["root"] / "tok" / "bpe.model"),
+              "lm_conf": {"size": "tiny"}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(InputError, match="config.yaml: lm is 'transformer', not an slm_lm kind"):
+        load_espnet_experiment(tmp_path)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({**config, "lm": "slm"}))
+    with pytest.raises(InputError, match="no trained weights"):
+        load_espnet_experiment(tmp_path)
+    torch.save({"lm.backbone.unexpected": torch.zeros(1)}, tmp_path / "latest.pth")
+    with pytest.raises(InputError, match="latest.pth: weights do not match"):
+        load_espnet_experiment(tmp_path)
+
+
+def test_export_does_not_import_espnet():
+    code = "import sys, slm_lm, slm_lm.espnet_lm.export; assert 'espnet2' not in sys.modules, 'espnet imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
