@@ -4,14 +4,15 @@
 # 1. decontaminated LM text from ../shared/data/text/gutenberg (dev transcripts excluded) and BPE 5000;
 # 2. a training subset (every 20th sentence) in ESPnet's format;
 # 3. the four kinds trained with the same budget (conf/compare/train_lm_cpu.yaml, local/train_compare_cpu.sh);
-# 4. each model: BLiMP, dev N-best rescoring in both directions (tune on one dev set, report the other),
-#    held-out cross-entropy (pseudo for MLM); 5. the table: OUT_DIR/comparison.md.
+# 4. each model (local/eval_lm.sh): BLiMP, dev N-best rescoring in both directions (tune on one dev set,
+#    report the other), held-out cross-entropy (pseudo for MLM); 5. the table: OUT_DIR/comparison.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/exp/compare}
 shared=${SHARED:-$root/../shared}
 py=$root/.venv/bin/python
 nbest=$shared/data/librispeech_nbest
+export SHARED=$shared
 text=$out/lm_text
 mkdir -p "$out"
 cd "$root"
@@ -22,7 +23,8 @@ if [ ! -f "$text/train.txt" ]; then
 fi
 [ -f "$text/bpe/tokens.txt" ] || $py -m slm_lm.bin.train_bpe --text "$text/train.txt" --vocab-size 5000 --out "$text/bpe"
 if [ ! -f "$out/data/valid/text_shape" ]; then
-  awk 'NR % 20 == 0' "$text/train.txt" > "$out/data/train_sub.txt" 2>/dev/null || { mkdir -p "$out/data"; awk 'NR % 20 == 0' "$text/train.txt" > "$out/data/train_sub.txt"; }
+  mkdir -p "$out/data"
+  awk 'NR % 20 == 0' "$text/train.txt" > "$out/data/train_sub.txt"
   head -n 1000 "$text/valid.txt" > "$out/data/valid_sub.txt"
   $py -m slm_lm.espnet_lm.data "$out/data/train_sub.txt" "$out/data/train" --bpemodel "$text/bpe/bpe.model"
   $py -m slm_lm.espnet_lm.data "$out/data/valid_sub.txt" "$out/data/valid" --bpemodel "$text/bpe/bpe.model" --prefix valid
@@ -30,16 +32,7 @@ fi
 bash local/train_compare_cpu.sh "$out/data" "$text/bpe" "$out/models"
 
 for kind in slm clm mlm bilm; do
-  model=$out/models/$kind
-  eval_dir=$out/eval/$kind
-  [ -f "$eval_dir/blimp/blimp_results.json" ] || $py -m slm_lm.bin.blimp --model "$model" --out "$eval_dir/blimp" --label "$kind (CPU budget)"
-  for pair in "dev_clean dev_other" "dev_other dev_clean"; do
-    set -- $pair
-    [ -f "$eval_dir/tune_$1/tuning.json" ] || $py -m slm_lm.bin.rescore --dev "$nbest/$1" --test "$nbest/$2" \
-      --lm "$model" --nbest 10 --am-weights decoder=0.6,ctc=0.4 --lambda-range 0:5:0.1 \
-      --cache "$out/eval/lm_cache" --out "$eval_dir/tune_$1" --no-progress
-  done
-  [ -f "$eval_dir/heldout.tsv" ] || $py -m slm_lm.bin.score --model "$model" --input "$out/data/valid_sub.txt" --output "$eval_dir/heldout.tsv"
+  bash local/eval_lm.sh "$out/models/$kind" "$out/data/valid_sub.txt" "$out/eval/$kind" "$kind (CPU budget)"
 done
 $py local/compare_table.py "$out" > "$out/comparison.md.tmp" && mv "$out/comparison.md.tmp" "$out/comparison.md"
 cat "$out/comparison.md"

@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Download and unpack LibriSpeech (OpenSLR 12) and its LM corpus (OpenSLR 11), resumably.
+
+    download_librispeech.py --dir downloads --parts dev-clean test-clean ... [--lm-corpus]
+        [--mirror https://www.openslr.org/resources | /local/mirror]
+
+For each part, `<mirror>/12/<part>.tar.gz` is fetched into `<dir>/archives/` (an interrupted
+download continues with an HTTP Range request, or a local copy continues where it stopped),
+checked against the MD5 listed in `<mirror>/12/md5sum.txt`, and unpacked into
+`<dir>/LibriSpeech/<part>/`; a `<dir>/LibriSpeech/<part>/.complete` marker makes re-runs skip it.
+With --lm-corpus, `<mirror>/11/librispeech-lm-norm.txt.gz` goes to `<dir>/` (MD5 from
+`<mirror>/11/md5sum.txt` when the mirror has one, else the announced size is checked).
+A local mirror (a directory with `12/` and `11/`) makes the stage testable offline.
+"""
+import argparse
+import hashlib
+import os
+import shutil
+import sys
+import tarfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tqdm import tqdm
+
+from slm_lm.errors import InputError
+
+PARTS = ["train-clean-100", "train-clean-360", "train-other-500", "dev-clean", "dev-other",
+         "test-clean", "test-other"]
+LM_CORPUS = "librispeech-lm-norm.txt.gz"
+
+
+def is_url(mirror):
+    """True for http(s)/ftp mirrors, false for a local directory (or file:// URL)."""
+    return mirror.split("://")[0] in ("http", "https", "ftp")
+
+
+def local_path(mirror, resource, name):
+    """Path of a file in a local mirror."""
+    root = mirror[len("file://"):] if mirror.startswith("file://") else mirror
+    return Path(root) / resource / name
+
+
+def read_md5sums(mirror, resource, required):
+    """{file name: md5} from the mirror's md5sum.txt; {} when absent and not required."""
+    where = f"{mirror}/{resource}/md5sum.txt"
+    try:
+        if is_url(mirror):
+            with urllib.request.urlopen(where, timeout=60) as r:
+                text = r.read().decode("utf-8")
+        else:
+            text = local_path(mirror, resource, "md5sum.txt").read_text(encoding="utf-8")
+    except (OSError, urllib.error.URLError) as e:
+        if required:
+            raise InputError(f"{where}: cannot read the checksum list ({e})") from None
+        return {}
+    sums = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != 2 or len(parts[0]) != 32:
+            raise InputError(f"{where}, line {lineno}: expected 'MD5 FILE', got {line!r}")
+        sums[parts[1].lstrip("*")] = parts[0].lower()
+    return sums
+
+
+def md5_of(path):
+    """MD5 hex digest of a file, with a progress bar."""
+    h = hashlib.md5()
+    with open(path, "rb") as f, tqdm(total=path.stat().st_size, unit="B", unit_scale=True,
+                                     desc=f"md5 {path.name}", file=sys.stderr) as bar:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+            bar.update(len(block))
+    return h.hexdigest()
+
+
+def fetch(mirror, resource, name, dest):
+    """Download (or copy) a file to dest, resuming a partial `dest.part`; returns the announced size."""
+    part = dest.with_name(dest.name + ".part")
+    have = part.stat().st_size if part.exists() else 0
+    if is_url(mirror):
+        req = urllib.request.Request(f"{mirror}/{resource}/{name}",
+                                     headers={"Range": f"bytes={have}-"} if have else {})
+        try:
+            src = urllib.request.urlopen(req, timeout=60)
+        except urllib.error.HTTPError as e:
+            if e.code == 416:  # already complete
+                os.replace(part, dest)
+                return have
+            raise InputError(f"{mirror}/{resource}/{name}: HTTP {e.code}") from None
+        except urllib.error.URLError as e:
+            raise InputError(f"{mirror}/{resource}/{name}: cannot download ({e.reason})") from None
+        if have and src.status != 206:  # server ignored the range: start again
+            have = 0
+        total = have + int(src.headers.get("Content-Length", 0))
+    else:
+        path = local_path(mirror, resource, name)
+        if not path.is_file():
+            raise InputError(f"{path}: not in the mirror")
+        src = open(path, "rb")
+        src.seek(have)
+        total = path.stat().st_size
+    with src, open(part, "ab" if have else "wb") as out, \
+            tqdm(total=total, initial=have, unit="B", unit_scale=True, desc=name, file=sys.stderr) as bar:
+        for block in iter(lambda: src.read(1 << 20), b""):
+            out.write(block)
+            bar.update(len(block))
+    os.replace(part, dest)
+    return total
+
+
+def get_verified(mirror, resource, name, dest, md5sums, required):
+    """Fetch unless present, then check the MD5 (or the size when no MD5 is known)."""
+    expected = md5sums.get(name)
+    if expected is None and required:
+        raise InputError(f"{mirror}/{resource}/md5sum.txt: no checksum for {name}")
+    total = dest.stat().st_size if dest.exists() else fetch(mirror, resource, name, dest)
+    if expected is not None:
+        got = md5_of(dest)
+        if got != expected:
+            bad = dest.with_name(dest.name + ".bad")
+            os.replace(dest, bad)
+            raise InputError(f"{dest}: MD5 {got} differs from {expected} in {mirror}/{resource}/md5sum.txt "
+                             f"(moved to {bad}; run the stage again to download it anew)")
+    elif total and dest.stat().st_size != total:
+        raise InputError(f"{dest}: {dest.stat().st_size} bytes, the server announced {total}")
+
+
+def unpack(archive, part, root):
+    """Extract one LibriSpeech archive into root/LibriSpeech/<part> and mark it complete."""
+    target = root / "LibriSpeech" / part
+    if (target / ".complete").exists():
+        return
+    tmp = root / f".unpack-{part}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+        bad = [m.name for m in members if ".." in Path(m.name).parts
+               or not (m.name == "LibriSpeech" or m.name.startswith("LibriSpeech/"))]
+        if bad:
+            raise InputError(f"{archive}: unexpected member {bad[0]} (not a LibriSpeech archive?)")
+        if not any(m.name.startswith(f"LibriSpeech/{part}/") for m in members):
+            raise InputError(f"{archive}: no LibriSpeech/{part}/ inside")
+        tar.extractall(tmp, members=tqdm(members, desc=f"unpack {part}", file=sys.stderr), filter="data")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for extra in (tmp / "LibriSpeech").iterdir():  # README, CHAPTERS.TXT, SPEAKERS.TXT ...
+        if extra.name != part and not (target.parent / extra.name).exists():
+            os.replace(extra, target.parent / extra.name)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp / "LibriSpeech" / part, target)
+    shutil.rmtree(tmp)
+    (target / ".complete").touch()
+
+
+def main(argv=None):
+    """Command line: download the chosen parts (and the LM corpus)."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dir", required=True, help="download directory (gets archives/ and LibriSpeech/)")
+    p.add_argument("--mirror", default="https://www.openslr.org/resources")
+    p.add_argument("--parts", nargs="+", default=PARTS, choices=PARTS)
+    p.add_argument("--lm-corpus", action="store_true", help=f"also get {LM_CORPUS} (OpenSLR 11)")
+    p.add_argument("--keep-archives", action="store_true")
+    args = p.parse_args(argv)
+    root = Path(args.dir)
+    (root / "archives").mkdir(parents=True, exist_ok=True)
+    mirror = args.mirror.rstrip("/")
+    todo = [x for x in args.parts if not (root / "LibriSpeech" / x / ".complete").exists()]
+    if todo:
+        sums = read_md5sums(mirror, "12", required=True)
+        for part in todo:
+            archive = root / "archives" / f"{part}.tar.gz"
+            get_verified(mirror, "12", f"{part}.tar.gz", archive, sums, required=True)
+            unpack(archive, part, root)
+            if not args.keep_archives:
+                archive.unlink()
+    for part in args.parts:
+        print(f"{root / 'LibriSpeech' / part}: ready")
+    if args.lm_corpus and not (root / LM_CORPUS).exists():
+        get_verified(mirror, "11", LM_CORPUS, root / LM_CORPUS, read_md5sums(mirror, "11", False), False)
+    if args.lm_corpus:
+        print(f"{root / LM_CORPUS}: ready")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except InputError as e:
+        sys.exit(f"download_librispeech.py: error: {e}")

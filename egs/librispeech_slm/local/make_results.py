@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Write RESULTS.md in ESPnet's style: per set, the WER of the AM-only 1-best (baseline), of each
+rescored 1-best and of the 10-best oracle, with ESPnet's |Snt|Wrd|Corr|Sub|Del|Ins|Err|S.Err| columns
+(jiwer alignments) and a summary table.
+
+    make_results.py --decode-dir exp/asr_x/decode_asr --data data --sets "dev_clean test_clean" \
+        --rescored slm=exp/rescore_slm clm=exp/rescore_clm --out RESULTS.md
+"""
+import argparse
+import json
+import os
+import platform
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import jiwer
+
+from slm_lm.errors import InputError
+
+
+def read_text(path):
+    """Kaldi text -> {uttid: words}; a missing file names the stage that makes it."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: not found")
+    rows = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            uttid, _, text = line.rstrip("\n").partition(" ")
+            if not uttid:
+                raise InputError(f"{path}, line {lineno}: empty line")
+            rows[uttid] = " ".join(text.split())
+    return rows
+
+
+def read_scores(path):
+    """`uttid float` lines (ESPnet's score file)."""
+    return {k: float(v.replace("tensor(", "").rstrip(")")) for k, v in read_text(path).items()}
+
+
+def counts(refs, hyps, where):
+    """ESPnet's WER columns from jiwer's alignment of hyps against refs (same uttids)."""
+    if set(refs) != set(hyps):
+        odd = sorted(set(refs) ^ set(hyps))[:3]
+        raise InputError(f"{where}: utterances differ from the references, e.g. {odd}")
+    keys = sorted(refs)
+    sub = dele = ins = cor = wrd = serr = 0
+    for k in keys:
+        r, h = refs[k], hyps[k]
+        if not r:
+            raise InputError(f"{where}: empty reference for {k}")
+        o = jiwer.process_words(r, h if h else "")
+        sub, dele, ins, cor = sub + o.substitutions, dele + o.deletions, ins + o.insertions, cor + o.hits
+        wrd += len(r.split())
+        serr += int(o.substitutions + o.deletions + o.insertions > 0)
+    pct = lambda x, n: 100.0 * x / n  # noqa: E731
+    return {"Snt": len(keys), "Wrd": wrd, "Corr": pct(cor, wrd), "Sub": pct(sub, wrd), "Del": pct(dele, wrd),
+            "Ins": pct(ins, wrd), "Err": pct(sub + dele + ins, wrd), "S.Err": pct(serr, len(keys))}
+
+
+def oracle_hyps(decode_set, refs, nbest):
+    """Per utterance the hypothesis with the fewest word errors among ranks 1..nbest."""
+    best = {}
+    for k in range(1, nbest + 1):
+        path = decode_set / f"{k}best_recog" / "text"
+        if not path.exists():
+            break
+        for uttid, hyp in read_text(path).items():
+            errors = jiwer.process_words(refs[uttid], hyp if hyp else "")
+            e = errors.substitutions + errors.deletions + errors.insertions
+            if uttid not in best or e < best[uttid][0]:
+                best[uttid] = (e, hyp)
+    return {u: h for u, (e, h) in best.items()}
+
+
+def am_only_hyps(decode_set, weights, nbest):
+    """1-best under the AM score `sum_k w_k * scores[k]` (the rescoring baseline, lambda = 0)."""
+    best = {}
+    for k in range(1, nbest + 1):
+        d = decode_set / f"{k}best_recog"
+        if not d.exists():
+            break
+        texts = read_text(d / "text")
+        for lineno, line in enumerate(open(d / "scores", encoding="utf-8"), 1):
+            uttid, _, js = line.rstrip("\n").partition(" ")
+            try:
+                parts = {n: float(str(v).replace("tensor(", "").rstrip(")")) for n, v in json.loads(js).items()}
+                score = sum(w * parts[n] for n, w in weights.items())
+            except (ValueError, KeyError) as e:
+                raise InputError(f"{d / 'scores'}, line {lineno}: {e}") from None
+            if uttid not in best or score > best[uttid][0]:
+                best[uttid] = (score, texts[uttid])
+    return {u: t for u, (s, t) in best.items()}
+
+
+def table(title, rows):
+    """One ESPnet-style markdown WER table."""
+    cols = ["Snt", "Wrd", "Corr", "Sub", "Del", "Ins", "Err", "S.Err"]
+    out = [f"### {title}", "", "|dataset|" + "|".join(cols) + "|", "|---|" + "---|" * len(cols)]
+    for name, c in rows:
+        out.append(f"|{name}|{c['Snt']}|{c['Wrd']}|" + "|".join(f"{c[k]:.1f}" for k in cols[2:]) + "|")
+    return out + [""]
+
+
+def main(argv=None):
+    """Command line: build RESULTS.md."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--decode-dir", required=True, help="directory with one N-best dir per set")
+    p.add_argument("--data", required=True, help="data root (references: <data>/<set>/text)")
+    p.add_argument("--sets", required=True, help="space-separated set names")
+    p.add_argument("--rescored", nargs="*", default=[], help="NAME=DIR of slm_lm.bin.rescore outputs")
+    p.add_argument("--am-weights", default="decoder=0.7,ctc=0.3")
+    p.add_argument("--nbest", type=int, default=10)
+    p.add_argument("--title", default="")
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    try:
+        weights = {k: float(v) for k, v in (x.split("=") for x in args.am_weights.split(","))}
+    except ValueError:
+        raise InputError(f"--am-weights {args.am_weights!r}: expected name=weight,...") from None
+    decode_dir, sets = Path(args.decode_dir), args.sets.split()
+    systems = {"baseline (AM only)": {}, **{f"rescored, {r.split('=')[0]}": {} for r in args.rescored},
+               f"oracle ({args.nbest}-best)": {}}
+    lambdas = {}
+    for s in sets:
+        refs = read_text(Path(args.data) / s / "text")
+        d = decode_dir / s
+        systems["baseline (AM only)"][s] = counts(refs, am_only_hyps(d, weights, args.nbest), d)
+        for spec in args.rescored:
+            name, _, rdir = spec.partition("=")
+            hyps = read_text(Path(rdir) / s / "1best_recog" / "text")
+            systems[f"rescored, {name}"][s] = counts(refs, hyps, Path(rdir) / s)
+            tuning = json.loads((Path(rdir) / "tuning.json").read_text(encoding="utf-8"))
+            lambdas[name] = tuning["best"]
+        systems[f"oracle ({args.nbest}-best)"][s] = counts(refs, oracle_hyps(d, refs, args.nbest), d)
+
+    import torch
+    try:
+        import espnet
+        espnet_version = espnet.__version__
+    except ImportError:
+        espnet_version = "not installed"
+    lines = ["<!-- Generated by local/make_results.py -->", "# RESULTS", f"{args.title}", "",
+             "## Environments", f"- date: `{datetime.now().strftime('%c')}`",
+             f"- python version: `{sys.version.split()[0]}`", f"- espnet version: `espnet {espnet_version}`",
+             f"- pytorch version: `pytorch {torch.__version__}`", f"- machine: `{platform.machine()}`",
+             f"- AM score: `{args.am_weights}`; LM weights tuned on the dev sets: "
+             + ", ".join(f"{n}: `{json.dumps(b)}`" for n, b in lambdas.items()), "",
+             "## Summary (WER %)", "",
+             "|dataset|" + "|".join(systems) + "|", "|---|" + "---|" * len(systems)]
+    for s in sets:
+        lines.append(f"|{s}|" + "|".join(f"{systems[n][s]['Err']:.2f}" for n in systems) + "|")
+    lines += ["", f"## {decode_dir}", ""]
+    for name, per_set in systems.items():
+        lines += table(f"WER, {name}", [(s, per_set[s]) for s in sets])
+    out = Path(args.out)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text("\n".join(lines), encoding="utf-8")
+    os.replace(tmp, out)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except InputError as e:
+        sys.exit(f"make_results.py: error: {e}")

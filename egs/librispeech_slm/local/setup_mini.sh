@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what the mini corpus needs when it is missing: espeak-ng, bible-kjv and sox
+# (Debian/Ubuntu packages, via apt-get as root or with sudo) and the repository's Python
+# venv (python3 -m venv + pip install -e <repo>, which pulls torch, espnet, ... from setup.cfg).
+set -euo pipefail
+main_root="$(cd "$(dirname "$0")/../../.." && pwd)"
+
+missing=()
+command -v espeak-ng >/dev/null || missing+=(espeak-ng)
+command -v bible >/dev/null || missing+=(bible-kjv)
+command -v sox >/dev/null || missing+=(sox)
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" -eq 0 ]; then sudo=(); elif command -v sudo >/dev/null; then sudo=(sudo); else
+        echo "$0: need ${missing[*]} but I am not root and sudo is absent; install them" >&2
+        exit 1
+    fi
+    command -v apt-get >/dev/null || { echo "$0: no apt-get; install ${missing[*]} by hand" >&2; exit 1; }
+    echo "$0: installing ${missing[*]}"
+    "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 \
+        install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ ! -x "${main_root}/.venv/bin/python" ]; then
+    echo "$0: creating ${main_root}/.venv"
+    python3 -m venv "${main_root}/.venv"
+    "${main_root}/.venv/bin/pip" install -e "${main_root}"
+fi
+"${main_root}/.venv/bin/python" -c "import espnet2, sentencepiece, soundfile, kaldiio, jiwer" || {
+    echo "$0: the venv at ${main_root}/.venv lacks packages; run: ${main_root}/.venv/bin/pip install -e ${main_root}" >&2
+    exit 1
+}
+echo "$0: espeak-ng, bible-kjv, sox and the Python venv are ready"
