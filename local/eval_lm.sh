@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Evaluate one LM: BLiMP, shared dev 10-best rescoring in both directions (lambda tuned on one dev set,
 # applied to the other), held-out scores. Finished steps are skipped.
-# Usage: bash local/eval_lm.sh MODEL HELDOUT_TEXT OUT_DIR [LABEL]
+# Usage: [NBEST=DIR] [BLIMP_LIMIT=N] bash local/eval_lm.sh MODEL HELDOUT_TEXT OUT_DIR [LABEL]
 #   MODEL: anything slm_lm.scorer.load_scorer accepts; OUT_DIR gets blimp/, tune_dev_*/, heldout.tsv.
+#   NBEST: a folder with dev_clean/ and dev_other/ N-best sets (default: the shared LibriSpeech lists);
+#   BLIMP_LIMIT: only the first N pairs of each BLiMP paradigm (default: all).
 set -euo pipefail
 model=$1 heldout=$2 out=$3 label=${4:-$(basename "$1")}
 root=$(cd "$(dirname "$0")/.." && pwd)
 py=$root/.venv/bin/python
-nbest=${SHARED:-$root/../shared}/data/librispeech_nbest
+nbest=${NBEST:-${SHARED:-$root/../shared}/data/librispeech_nbest}
 mkdir -p "$out"
 [ -f "$out/heldout.tsv" ] || $py -m slm_lm.bin.score --model "$model" --input "$heldout" --output "$out/heldout.tsv"
 for pair in "dev_clean dev_other" "dev_other dev_clean"; do
@@ -16,4 +18,5 @@ for pair in "dev_clean dev_other" "dev_other dev_clean"; do
     --lm "$model" --nbest 10 --am-weights decoder=0.6,ctc=0.4 --lambda-range 0:5:0.1 \
     --cache "$out/lm_cache" --out "$out/tune_$1" --no-progress
 done
-[ -f "$out/blimp/blimp_results.json" ] || $py -m slm_lm.bin.blimp --model "$model" --out "$out/blimp" --label "$label"
+[ -f "$out/blimp/blimp_results.json" ] || $py -m slm_lm.bin.blimp --model "$model" --out "$out/blimp" --label "$label" \
+  ${BLIMP_LIMIT:+--limit "$BLIMP_LIMIT"} --no-progress
