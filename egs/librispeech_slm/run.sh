@@ -46,6 +46,8 @@ help_message="Usage: $0 [--stage N] [--stop_stage N] [--mini true|false] [--micr
   [--lm_kinds 'slm clm mlm bilm'] [--asr_config YAML] [--bpe_size N] [--cmd_backend local|slurm]"
 
 . ./local/parse_options.sh
+# The repository's Python environment (.venv): created on first use, a quick no-op when up to date.
+bash ../../local/setup_env.sh
 . ./path.sh
 . ./cmd.sh
 

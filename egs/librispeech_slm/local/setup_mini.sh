@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the mini corpus needs when it is missing: espeak-ng, bible-kjv and sox
-# (Debian/Ubuntu packages, via apt-get as root or with sudo) and the repository's Python
-# venv (python3 -m venv + pip install -e <repo>, which pulls torch, espnet, ... from setup.cfg).
+# (Debian/Ubuntu packages, via apt-get as root or with sudo). The Python venv is made by run.sh
+# (local/setup_env.sh at the repository root) before any stage runs.
 set -euo pipefail
 main_root="$(cd "$(dirname "$0")/../../.." && pwd)"
 
@@ -21,13 +21,8 @@ if [ ${#missing[@]} -gt 0 ]; then
         install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-if [ ! -x "${main_root}/.venv/bin/python" ]; then
-    echo "$0: creating ${main_root}/.venv"
-    python3 -m venv "${main_root}/.venv"
-    "${main_root}/.venv/bin/pip" install -e "${main_root}"
-fi
 "${main_root}/.venv/bin/python" -c "import espnet2, sentencepiece, soundfile, kaldiio, jiwer" || {
-    echo "$0: the venv at ${main_root}/.venv lacks packages; run: ${main_root}/.venv/bin/pip install -e ${main_root}" >&2
+    echo "$0: the venv at ${main_root}/.venv lacks packages; run: bash ${main_root}/local/setup_env.sh" >&2
     exit 1
 }
 echo "$0: espeak-ng, bible-kjv, sox and the Python venv are ready"
