@@ -85,7 +85,7 @@ def run(args):
             if isinstance(model, MaskedLM):
                 model.max_tokens = args.mlm_max_tokens
             for n in args.lengths:
-                for mode in ("latency", "throughput"):
+                for mode in args.modes:
                     batch = 1 if mode == "latency" else max(1, args.batch_tokens // (n + 2))
                     tokens, lengths = sentences(n, batch, args.vocab, generator)
                     tokens, lengths = tokens.to(device), lengths.to(device)
@@ -126,6 +126,8 @@ def report(results, args) -> str:
                 r = get[(size, kind, n, "latency")]
                 cells.append(("~" if not r["exact"] else "") + fmt_time(r["seconds"]))
             lines.append(f"| {size} | {kind} | " + " | ".join(cells) + " |")
+    if "throughput" not in args.modes:
+        return "\n".join(lines + ratio_lines(get, args, kinds))
     lines += ["", "Throughput, sentences/s (batches of about %d tokens)" % args.batch_tokens, "",
               "| size | model | " + " | ".join(f"n={n}" for n in args.lengths) + " |",
               "|---|---|" + "---|" * len(args.lengths)]
@@ -136,11 +138,17 @@ def report(results, args) -> str:
                 r = get[(size, kind, n, "throughput")]
                 cells.append(("~" if not r["exact"] else "") + f"{r['sentences_per_s']:.2f}")
             lines.append(f"| {size} | {kind} | " + " | ".join(cells) + " |")
+    return "\n".join(lines + ratio_lines(get, args, kinds))
+
+
+def ratio_lines(get, args, kinds) -> list:
+    """MLM/SLM and SLM/CLM time per sentence, for every size, mode and length measured."""
+    lines = []
     if {"slm", "mlm", "clm"} <= set(kinds):
         lines += ["", "Ratios of time per sentence (targets: MLM/SLM >= 0.9*n/3; SLM/CLM <= 3.3)", "",
                   "| size | mode | n | MLM/SLM | 0.9*n/3 | SLM/CLM |", "|---|---|---|---|---|---|"]
         for size in args.sizes.split(","):
-            for mode in ("latency", "throughput"):
+            for mode in args.modes:
                 for n in args.lengths:
                     def per_sentence(kind):
                         r = get[(size, kind, n, mode)]
@@ -150,7 +158,7 @@ def report(results, args) -> str:
                         f"| {size} | {mode} | {n} | {per_sentence('mlm') / slm:.1f} | {0.9 * n / 3:.1f} | "
                         f"{slm / per_sentence('clm'):.2f} |"
                     )
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv=None):
@@ -163,6 +171,8 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--vocab", type=int, default=5000)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--modes", default="latency,throughput", type=lambda s: s.split(","),
+                   help="latency (batch 1) and/or throughput (batches of --batch-tokens)")
     p.add_argument("--batch-tokens", type=int, default=8192)
     p.add_argument("--mlm-max-tokens", type=int, default=16384)
     p.add_argument("--mlm-sample-chunks", type=int, default=0, help="time only this many PLL chunks (0 = all)")

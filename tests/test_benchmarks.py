@@ -1,0 +1,24 @@
+"""The benchmark scripts run and print their tables (a smoke test; timings are not checked)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_scoring_benchmark_prints_latency_table_and_ratios(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "local" / "bench_scoring.py"), "--sizes", "tiny", "--lengths", "4,8",
+         "--repeats", "1", "--threads", "1", "--vocab", "50", "--mlm-sample-chunks", "1",
+         "--mlm-max-tokens", "20", "--json", str(out)],
+        capture_output=True, text=True, check=True, timeout=300,
+    )
+    assert "| tiny | slm |" in proc.stdout and "| tiny | bilm |" in proc.stdout
+    assert "MLM/SLM" in proc.stdout and "Throughput" in proc.stdout
+    rows = json.loads(out.read_text())["results"]
+    assert len(rows) == 4 * 2 * 2  # kinds x lengths x modes
+    # n=8 with a 20-token chunk budget needs several PLL chunks: only one is timed, the cell is marked
+    assert any(not r["exact"] for r in rows if r["kind"] == "mlm")
+    assert all(r["exact"] for r in rows if r["kind"] != "mlm")
