@@ -9,10 +9,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 conf=$root/egs/librispeech_slm/conf/compare/train_lm_cpu.yaml
 mkdir -p "$out"
 for kind in $kinds; do
+  mkdir -p "$out/$kind"
   OMP_NUM_THREADS=1 "$root/.venv/bin/python" -m slm_lm.bin.lm_train --config "$conf" --lm "$kind" --ngpu 0 \
     --token_list "$bpe/tokens.txt" --bpemodel "$bpe/bpe.model" --token_type bpe \
     --train_data_path_and_name_and_type "$data/train/text,text,text" --train_shape_file "$data/train/text_shape" \
     --valid_data_path_and_name_and_type "$data/valid/text,text,text" --valid_shape_file "$data/valid/text_shape" \
-    --resume true --output_dir "$out/$kind" > "$out/$kind.log" 2>&1 &
+    --resume true --output_dir "$out/$kind" >> "$out/$kind/train.log" 2>&1 &
 done
 wait
