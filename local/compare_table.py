@@ -20,10 +20,17 @@ def heldout(path: Path):
     return -total / tokens, math.exp(-total / tokens)
 
 
+def parameters(model_dir: Path) -> float:
+    """Millions of parameters of an LM experiment directory."""
+    from slm_lm.scorer import Scorer
+
+    return sum(p.numel() for p in Scorer.from_pretrained(model_dir).model.parameters()) / 1e6
+
+
 def main(out: Path) -> str:
-    rows = ["| LM | held-out CE (nats/token) | PPL | BLiMP (%) | dev_clean WER (λ from dev_other) | "
-            "dev_other WER (λ from dev_clean) |", "|---|---|---|---|---|---|"]
-    baselines = None
+    rows = ["| LM | params (M) | held-out CE (nats/token) | PPL | BLiMP (%) | dev_clean WER (λ from dev_other) | "
+            "dev_other WER (λ from dev_clean) |", "|---|---|---|---|---|---|---|"]
+    baselines = {}  # AM-only / file / oracle WERs: the same for every LM
     for kind in KINDS:
         ev = out / "eval" / kind
         ce, ppl = heldout(ev / "heldout.tsv")
@@ -33,15 +40,14 @@ def main(out: Path) -> str:
             tuning = json.loads((ev / f"tune_{dev}" / "tuning.json").read_text())
             report = next(s for s in tuning["sets"] if s["name"] == test)
             cells[test] = f"{report['wer_rescored']:.2f} (λ={tuning['best']['lambdas'][0]:g})"
-            baselines = baselines or {}
             baselines[test] = report
         ppl_note = " (pseudo)" if kind == "mlm" else ""
-        rows.append(f"| {kind} | {ce:.3f} | {ppl:.1f}{ppl_note} | {blimp:.1f} | {cells['dev_clean']} | "
-                    f"{cells['dev_other']} |")
-    rows.append(f"| AM only (no LM) | | | | {baselines['dev_clean']['wer_am']:.2f} | {baselines['dev_other']['wer_am']:.2f} |")
-    rows.append(f"| their first-pass LM (file score) | | | | {baselines['dev_clean']['wer_file']:.2f} | "
+        rows.append(f"| {kind} | {parameters(out / 'models' / kind):.2f} | {ce:.3f} | {ppl:.1f}{ppl_note} | {blimp:.1f} | "
+                    f"{cells['dev_clean']} | {cells['dev_other']} |")
+    rows.append(f"| AM only (no LM) | | | | | {baselines['dev_clean']['wer_am']:.2f} | {baselines['dev_other']['wer_am']:.2f} |")
+    rows.append(f"| their first-pass LM (file score) | | | | | {baselines['dev_clean']['wer_file']:.2f} | "
                 f"{baselines['dev_other']['wer_file']:.2f} |")
-    rows.append(f"| oracle (10-best) | | | | {baselines['dev_clean']['wer_oracle']:.2f} | "
+    rows.append(f"| oracle (10-best) | | | | | {baselines['dev_clean']['wer_oracle']:.2f} | "
                 f"{baselines['dev_other']['wer_oracle']:.2f} |")
     return "\n".join(rows)
 

@@ -149,8 +149,11 @@ class Scorer:
         write_atomic(directory / CONFIG_FILE, json.dumps(config, indent=2))
 
     @classmethod
-    def from_pretrained(cls, directory, **options) -> "Scorer":
-        """Load a directory written by `save_pretrained`, or an ESPnet LM experiment directory."""
+    def from_pretrained(cls, directory, mlm_k=None, **options) -> "Scorer":
+        """Load a directory written by `save_pretrained`, or an ESPnet LM experiment directory.
+
+        `mlm_k` (masked LMs only) overrides the saved tokens-per-pass of pseudo-log-likelihood scoring.
+        """
         directory = Path(directory)
         if not directory.is_dir():
             raise InputError(f"{directory}: model directory not found")
@@ -158,26 +161,34 @@ class Scorer:
             from slm_lm.espnet_lm.export import load_espnet_experiment
 
             model, tokenizer = load_espnet_experiment(directory)
-            return cls(model, tokenizer, **options)
+            saved = {}
+        else:
+            model, tokenizer, saved = cls._load_saved(directory)
+        if isinstance(model, MaskedLM):
+            model.k = mlm_k if mlm_k is not None else saved.get("mlm_k", 1)
+            model.seed = saved.get("mlm_seed", 0)
+        elif mlm_k is not None:
+            raise ValueError(f"mlm_k applies to masked LMs only; {directory} holds a {model.config.kind!r} model")
+        if "normalize" in saved:
+            options.setdefault("normalize", saved["normalize"])
+        return cls(model, tokenizer, **options)
+
+    @staticmethod
+    def _load_saved(directory: Path):
+        """(model, tokenizer, saved scorer options) of a save_pretrained directory."""
         for name in (CONFIG_FILE, WEIGHTS_FILE):
             if not (directory / name).exists():
                 raise InputError(f"{directory}: missing {name} (not a save_pretrained directory)")
         config = json.loads((directory / CONFIG_FILE).read_text())
         model = model_from_config(LMConfig.from_dict(config["model"]))
         model.load_state_dict(torch.load(directory / WEIGHTS_FILE, map_location="cpu", weights_only=True))
-        scorer_options = dict(config.get("scorer", {}))
-        if isinstance(model, MaskedLM):
-            model.k = options.pop("mlm_k", scorer_options.pop("mlm_k", 1))
-            model.seed = scorer_options.pop("mlm_seed", 0)
-        scorer_options.pop("mlm_k", None)
-        scorer_options.pop("mlm_seed", None)
         if config.get("tokenizer") == "hf":
             from slm_lm.hf import HFTokenizer
 
             tokenizer = HFTokenizer.from_dir(directory)
         else:
             tokenizer = Tokenizer.from_dir(directory)
-        return cls(model, tokenizer, **{**scorer_options, **options})
+        return model, tokenizer, config.get("scorer", {})
 
 
 HF_KINDS = ("hf-causal", "hf-masked")

@@ -68,6 +68,10 @@ def test_save_load_round_trip_gives_identical_scores(tokenizer, tmp_path):
         assert loaded.score(SENTENCES) == scorer.score(SENTENCES)
         assert loaded.name == scorer.name
     assert load_scorer(str(tmp_path / "slm")).name != load_scorer(str(tmp_path / "mlm")).name
+    assert Scorer.from_pretrained(tmp_path / "mlm").model.k == 2
+    assert Scorer.from_pretrained(tmp_path / "mlm", mlm_k="n/3").model.k == "n/3"
+    with pytest.raises(ValueError, match="masked LMs only"):
+        Scorer.from_pretrained(tmp_path / "slm", mlm_k=3)
 
 
 def test_bad_input_raises_clear_errors(tokenizer, tmp_path):
