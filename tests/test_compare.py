@@ -1,0 +1,75 @@
+"""The equal-budget comparison's helpers on tiny inputs: N-best subsets, loss curves, the table."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from slm_lm import build_lm
+from slm_lm.bpe import train_bpe
+from slm_lm.nbest import load_nbest
+from slm_lm.scorer import Scorer
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data" / "librispeech_nbest"
+sys.path.insert(0, str(ROOT / "local"))
+
+import compare_table  # noqa: E402
+import plot_lm_curves  # noqa: E402
+import subset_nbest  # noqa: E402
+
+
+def test_subset_keeps_every_kth_utterance_with_its_references(tmp_path):
+    subset_nbest.main([str(SHARED / "dev_clean"), str(tmp_path / "sub"), "--every", "500"])
+    full = load_nbest(SHARED / "dev_clean", nbest=10)
+    sub = load_nbest(tmp_path / "sub", nbest=10)
+    expected = sorted(full.hyps)[::500]
+    assert sorted(sub.hyps) == expected and sorted(sub.refs) == expected
+    for utt in expected:
+        assert sub.refs[utt] == full.refs[utt]
+        assert [h.text for h in sub.hyps[utt]] == [h.text for h in full.hyps[utt]]
+
+
+def test_curves_read_the_last_run_of_each_epoch(tmp_path):
+    exp = tmp_path / "slm"
+    exp.mkdir()
+    (exp / "train.log").write_text(
+        "x (trainer:394) INFO: 1epoch results: [train] loss=7.0, [valid] loss=6.5, time=1\n"
+        "x (trainer:394) INFO: 2epoch results: [train] loss=6.0, [valid] loss=9.9, time=1\n"
+        "resumed\nx (trainer:394) INFO: 2epoch results: [train] loss=6.0, [valid] loss=5.5, time=1\n"
+    )
+    plot_lm_curves.main(["--exp", f"SLM={exp}", "--out", str(tmp_path / "out")])
+    assert (tmp_path / "out" / "lm_valid_loss.tsv").read_text().splitlines()[1:] == ["SLM\t1\t6.5", "SLM\t2\t5.5"]
+    assert (tmp_path / "out" / "lm_valid_loss.png").stat().st_size > 1000
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(Exception, match="train.log: not found"):
+        plot_lm_curves.main(["--exp", f"X={tmp_path / 'empty'}", "--out", str(tmp_path / "out")])
+
+
+def test_comparison_table_reads_every_evaluation(tmp_path):
+    (tmp_path / "text.txt").write_text("THE EARTH WAS WITHOUT FORM AND VOID\nAND GOD SAW THE LIGHT\n" * 50)
+    tokenizer = train_bpe(tmp_path / "text.txt", tmp_path / "bpe", vocab_size=40)
+    for i, kind in enumerate(compare_table.KINDS):
+        Scorer(build_lm(kind, tokenizer.vocab_size, "tiny"), tokenizer).save_pretrained(tmp_path / "models" / kind)
+        ev = tmp_path / "eval" / kind
+        (ev / "blimp").mkdir(parents=True)
+        (ev / "heldout.tsv").write_text(f"1\t-{10 + i}\t5\n2\t-{10 + i}\t5\n")  # CE = (10 + i) / 5
+        (ev / "blimp" / "blimp_results.json").write_text(json.dumps({"overall": 50.0 + i}))
+        for dev, test in (("dev_clean", "dev_other"), ("dev_other", "dev_clean")):
+            report = dict(name=test, wer_am=4.0, wer_file=3.0, wer_rescored=3.5 - i / 10, wer_oracle=1.0)
+            (ev / f"tune_{dev}").mkdir()
+            (ev / f"tune_{dev}" / "tuning.json").write_text(json.dumps({"best": {"lambdas": [0.1 * i]}, "sets": [report]}))
+    table = compare_table.main(tmp_path)
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in table.splitlines()[2:]}
+    assert rows["clm"][1:4] == ["2.200", f"{torch.tensor(2.2).exp():.1f}", "51.0"]
+    assert rows["mlm"][2].endswith("(pseudo)")
+    assert rows["bilm"][4] == "3.20 (λ=0.3)"
+    assert float(rows["bilm"][0]) > float(rows["slm"][0])  # two towers
+    assert rows["AM only (no LM)"][-2:] == ["4.00", "4.00"]
+
+
+def test_compare_scripts_are_valid_shell():
+    for script in ("compare_lms.sh", "eval_lm.sh", "train_compare_cpu.sh"):
+        subprocess.run(["bash", "-n", str(ROOT / "local" / script)], check=True)
