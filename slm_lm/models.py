@@ -72,20 +72,19 @@ class SlidingLM(LanguageModel):
     def _scored_logprobs(self, tokens, lengths, mask):
         b, t = tokens.shape
         content_mask, query_mask = sliding_masks(lengths, t)
-        x = self.embed(tokens)
-        f, bw = x, x
+        content = self.embed(tokens).repeat(2, 1, 1)  # [forward stream; backward stream]: [2B, T, d]
         q = self.embed.query_stream(self.config.mask_id, b, t, tokens.device)
         last = len(self.layers) - 1
         for depth, layer in enumerate(self.layers):
-            qc, kc, vc = layer.project(torch.cat([f, bw]))
+            qc, kc, vc = layer.project(content)
             keys = torch.cat([kc[:b], kc[b:]], dim=2)  # [B, H, 2T, d]: forward half, backward half
             values = torch.cat([vc[:b], vc[b:]], dim=2)
             query = layer.attend(layer.project_query(q), keys, values, mask=query_mask)
             if depth == last:  # the final content streams are discarded: update the query stream only
                 q = layer.finish(q, query)
                 break
-            content = layer.attend(qc, kc, vc, mask=content_mask)
-            f, bw, q = layer.finish(torch.cat([f, bw, q]), torch.cat([content, query])).split(b)
+            attended = torch.cat([layer.attend(qc, kc, vc, mask=content_mask), query])
+            content, q = layer.finish(torch.cat([content, q]), attended).split([2 * b, b])
         return gather_logprobs(self.head(q[mask]), tokens[mask])
 
 
