@@ -136,7 +136,7 @@ def report(results, args) -> str:
             cells = []
             for n in args.lengths:
                 r = get[(size, kind, n, "throughput")]
-                cells.append(("~" if not r["exact"] else "") + f"{r['sentences_per_s']:.2f}")
+                cells.append(("~" if not r["exact"] else "") + f"{r['sentences_per_s']:.3g}")
             lines.append(f"| {size} | {kind} | " + " | ".join(cells) + " |")
     return "\n".join(lines + ratio_lines(get, args, kinds))
 
@@ -177,7 +177,12 @@ def main(argv=None):
     p.add_argument("--mlm-max-tokens", type=int, default=16384)
     p.add_argument("--mlm-sample-chunks", type=int, default=0, help="time only this many PLL chunks (0 = all)")
     p.add_argument("--json", help="also write the raw measurements here")
+    p.add_argument("--from-json", help="print the tables of a run saved with --json (no measuring)")
     args = p.parse_args(argv)
+    if args.from_json:
+        saved = json.loads(open(args.from_json).read())
+        print(report(saved["results"], argparse.Namespace(**saved["args"])))
+        return
     results = run(args)
     text = report(results, args)
     print(text)

@@ -22,3 +22,6 @@ def test_scoring_benchmark_prints_latency_table_and_ratios(tmp_path):
     # n=8 with a 20-token chunk budget needs several PLL chunks: only one is timed, the cell is marked
     assert any(not r["exact"] for r in rows if r["kind"] == "mlm")
     assert all(r["exact"] for r in rows if r["kind"] != "mlm")
+    again = subprocess.run([sys.executable, str(ROOT / "local" / "bench_scoring.py"), "--from-json", str(out)],
+                           capture_output=True, text=True, check=True, timeout=120)
+    assert again.stdout.strip() == proc.stdout.strip()  # the saved run prints the same tables
