@@ -13,7 +13,6 @@ downloaded. Hugging Face models are cased; text is passed through unchanged unle
 "lower" (all lower case) or "sentence" (lower case, first letter and the pronoun "I" upper case; the
 choice for upper-case ASR N-best text with cased models).
 """
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -156,12 +155,9 @@ class HFScorer:
     def name(self) -> str:
         """Identifies the weights and scoring options (cache key)."""
         if self._name is None:
-            digest = hashlib.sha1()
-            for key, tensor in sorted(self.model.state_dict().items()):
-                digest.update(key.encode())
-                digest.update(tensor.detach().float().cpu().numpy().tobytes())
-            digest.update(f"{self.tokenizer.case}{self.unknown}{self.truncate}".encode())
-            self._name = f"{self.kind}-{digest.hexdigest()[:16]}"
+            from slm_lm.scorer import fingerprint
+
+            self._name = f"{self.kind}-{fingerprint(self.model, f'{self.tokenizer.case}{self.unknown}{self.truncate}')}"
         return self._name
 
     def encode(self, sentences: list) -> list:

@@ -56,15 +56,10 @@ class Scorer:
     def name(self) -> str:
         """Identifies model weights and scoring options, e.g. for caching scores on disk."""
         if self._name is None:
-            digest = hashlib.sha1()
-            for key, tensor in sorted(self.model.state_dict().items()):
-                digest.update(key.encode())
-                digest.update(tensor.detach().float().cpu().numpy().tobytes())
             options = f"{self.normalize}{self.unknown}{self.truncate}"
             if isinstance(self.model, MaskedLM):
                 options += f"k={self.model.k},seed={self.model.seed}"
-            digest.update(options.encode())
-            self._name = f"{self.model.config.kind}-{digest.hexdigest()[:16]}"
+            self._name = f"{self.model.config.kind}-{fingerprint(self.model, options)}"
         return self._name
 
     def encode(self, sentences: list) -> list:
@@ -189,6 +184,16 @@ class Scorer:
         else:
             tokenizer = Tokenizer.from_dir(directory)
         return model, tokenizer, config.get("scorer", {})
+
+
+def fingerprint(model: torch.nn.Module, options: str) -> str:
+    """16 hex digits identifying a model's weights and the scoring options."""
+    digest = hashlib.sha1()
+    for key, tensor in sorted(model.state_dict().items()):
+        digest.update(key.encode())
+        digest.update(tensor.detach().float().cpu().numpy().tobytes())
+    digest.update(options.encode())
+    return digest.hexdigest()[:16]
 
 
 HF_KINDS = ("hf-causal", "hf-masked")
