@@ -6,8 +6,9 @@ Weights are random: speed does not depend on them. Example (the BENCHMARKS.md ru
     .venv/bin/python local/bench_scoring.py --sizes small,base --lengths 10,100,500 --threads 2
 
 MLM-PLL scores n masked copies of an n-token sentence in chunks of `--mlm-max-tokens` tokens. With
-`--mlm-sample-chunks C`, only the first C chunks are timed and the time is scaled by the number of
-chunks (all chunks have the same shape, so cost is linear in them); such cells are marked with '~'.
+`--mlm-sample-chunks C`, only C chunks are timed and the time is scaled by the number of chunks (all
+chunks have the same shape, so cost is linear in them); such cells are marked with '~'. The kinds are
+timed interleaved, call by call, so that a changing load on a shared machine affects them alike.
 """
 import argparse
 import json
@@ -34,69 +35,67 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def time_call(fn, device, repeats: int) -> float:
-    """Median wall time of fn() in seconds, after one warm-up call."""
-    fn()
-    sync(device)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def sampled_mlm_time(model: MaskedLM, tokens, lengths, chunks: int, device, repeats: int):
-    """Time of the first `chunks` PLL chunks, scaled to all chunks. Returns (seconds, exact?)."""
+def timer(model, tokens, lengths, sample_chunks: int):
+    """(call, scale, exact): one scoring call of the batch, and the factor that turns its time into the
+    batch's time. For MLM with `sample_chunks`, the call runs only that many PLL chunks (all chunks have the
+    same shape, so cost is linear in them) and `scale` is chunks / sample_chunks."""
+    if not (isinstance(model, MaskedLM) and sample_chunks):
+        return (lambda: model.token_logprobs(tokens, lengths)), 1.0, True
     b, t = tokens.shape
-    copies_total = int((lengths - 1).sum())
     per_chunk = max(1, model.max_tokens // t)
-    n_chunks = math.ceil(copies_total / per_chunk)
-    if n_chunks <= chunks:
-        return time_call(lambda: model.token_logprobs(tokens, lengths), device, repeats), True
-    rows = torch.arange(per_chunk, device=device) % b
-    positions = 1 + torch.arange(per_chunk, device=device) % (t - 1)
-    masks = torch.zeros(per_chunk, t, dtype=torch.bool, device=device)
+    n_chunks = math.ceil(int((lengths - 1).sum()) / per_chunk)
+    if n_chunks <= sample_chunks:
+        return (lambda: model.token_logprobs(tokens, lengths)), 1.0, True
+    rows = torch.arange(per_chunk, device=tokens.device) % b
+    positions = 1 + torch.arange(per_chunk, device=tokens.device) % (t - 1)
+    masks = torch.zeros(per_chunk, t, dtype=torch.bool, device=tokens.device)
     masks[torch.arange(per_chunk), positions] = True
 
-    def one_chunk():
-        copies = tokens[rows].masked_fill(masks, model.config.mask_id)
-        h = model.encode(copies, lengths[rows])
-        gather_logprobs(model.head(h[masks]), tokens[rows][masks])
-
     def sampled():
-        for _ in range(chunks):
-            one_chunk()
+        for _ in range(sample_chunks):
+            copies = tokens[rows].masked_fill(masks, model.config.mask_id)
+            h = model.encode(copies, lengths[rows])
+            gather_logprobs(model.head(h[masks]), tokens[rows][masks])
 
-    return time_call(sampled, device, repeats) * n_chunks / chunks, False
+    return sampled, n_chunks / sample_chunks, False
 
 
 def run(args):
+    """Time every kind on the same batches. Kinds are interleaved call by call (kind A, kind B, ...,
+    repeated), so that load changes on a shared machine hit all kinds alike and the ratios stay fair."""
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     generator = torch.Generator().manual_seed(0)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+    kinds = args.kinds.split(",")
     results = []
     for size in args.sizes.split(","):
-        for kind in args.kinds.split(","):
+        models = {}
+        for kind in kinds:
             torch.manual_seed(0)
-            model = build_lm(kind, args.vocab, size=size, max_positions=max(args.lengths) + 2).to(device).eval()
-            if isinstance(model, MaskedLM):
-                model.max_tokens = args.mlm_max_tokens
-            for n in args.lengths:
-                for mode in args.modes:
-                    batch = 1 if mode == "latency" else max(1, args.batch_tokens // (n + 2))
-                    tokens, lengths = sentences(n, batch, args.vocab, generator)
-                    tokens, lengths = tokens.to(device), lengths.to(device)
-                    with torch.inference_mode(), torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-                        if isinstance(model, MaskedLM) and args.mlm_sample_chunks:
-                            seconds, exact = sampled_mlm_time(
-                                model, tokens, lengths, args.mlm_sample_chunks, device, args.repeats
-                            )
-                        else:
-                            seconds = time_call(lambda: model.token_logprobs(tokens, lengths), device, args.repeats)
-                            exact = True
+            models[kind] = build_lm(kind, args.vocab, size=size, max_positions=max(args.lengths) + 2).to(device).eval()
+            if isinstance(models[kind], MaskedLM):
+                models[kind].max_tokens = args.mlm_max_tokens
+        for n in args.lengths:
+            for mode in args.modes:
+                batch = 1 if mode == "latency" else max(1, args.batch_tokens // (n + 2))
+                tokens, lengths = sentences(n, batch, args.vocab, generator)
+                tokens, lengths = tokens.to(device), lengths.to(device)
+                timers = {k: timer(m, tokens, lengths, args.mlm_sample_chunks) for k, m in models.items()}
+                times = {k: [] for k in kinds}
+                with torch.inference_mode(), torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+                    for kind in kinds:  # warm-up
+                        timers[kind][0]()
+                    for _ in range(args.repeats):
+                        for kind in kinds:
+                            sync(device)
+                            start = time.perf_counter()
+                            timers[kind][0]()
+                            sync(device)
+                            times[kind].append(time.perf_counter() - start)
+                for kind in kinds:
+                    _, scale, exact = timers[kind]
+                    seconds = statistics.median(times[kind]) * scale
                     row = dict(size=size, kind=kind, n=n, mode=mode, batch=batch, seconds=seconds, exact=exact,
                                sentences_per_s=batch / seconds)
                     results.append(row)
