@@ -26,6 +26,7 @@ import yaml
 from tqdm import tqdm
 
 from slm_lm.errors import InputError
+from slm_lm.fileio import write_atomic
 
 
 def read_table(path):
@@ -126,11 +127,7 @@ def write_layout(out, records, refs, nbest):
                 files.setdefault((d, name), []).append(f"{uttid} {value}".rstrip() + "\n")
     files[("score_wer", "ref.trn")] = [f"{refs[u]}\t({u.split('-')[0]}-{u})\n" for u in sorted(records)]
     for (d, name), lines in files.items():
-        path = out / d / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(name + ".tmp")
-        tmp.write_text("".join(lines), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(out / d / name, "".join(lines))
 
 
 def main(argv=None):

@@ -8,7 +8,6 @@ rescored 1-best and of the 10-best oracle, with ESPnet's |Snt|Wrd|Corr|Sub|Del|I
 """
 import argparse
 import json
-import os
 import platform
 import sys
 from datetime import datetime
@@ -17,6 +16,7 @@ from pathlib import Path
 import jiwer
 
 from slm_lm.errors import InputError
+from slm_lm.fileio import write_atomic
 
 
 def read_text(path):
@@ -155,9 +155,7 @@ def main(argv=None):
     for name, per_set in systems.items():
         lines += table(f"WER, {name}", [(s, per_set[s]) for s in sets])
     out = Path(args.out)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text("\n".join(lines), encoding="utf-8")
-    os.replace(tmp, out)
+    write_atomic(out, "\n".join(lines))
     print(f"wrote {out}")
 
 

@@ -34,6 +34,7 @@ import torchaudio.functional as AF
 from tqdm import tqdm
 
 from slm_lm.errors import InputError
+from slm_lm.fileio import write_atomic
 from slm_lm.text_norm import normalize_librispeech
 
 SAMPLE_RATE = 16000
@@ -130,13 +131,9 @@ def synth_one(job):
     return path
 
 
-def atomic_write(path, lines):
-    """Write lines to path via a temporary file in the same directory."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    os.replace(tmp, path)
+def write_lines(path, lines):
+    """Write one line per item, atomically."""
+    write_atomic(path, "".join(line + "\n" for line in lines))
 
 
 def main(argv=None):
@@ -160,7 +157,7 @@ def main(argv=None):
         books[book].append(verse)
     for i, (book, lines) in enumerate(books.items()):
         folder = "books_heldout" if book in DEV_BOOKS + TEST_BOOKS else "books"
-        atomic_write(out / folder / f"{i:02d}_{book}.txt", lines)
+        write_lines(out / folder / f"{i:02d}_{book}.txt", lines)
 
     counts = {"train-mini": args.train, "dev-clean": args.dev, "dev-other": args.dev,
               "test-clean": args.test, "test-other": args.test}
@@ -185,16 +182,16 @@ def main(argv=None):
     if plan_file.exists() and plan_file.read_text(encoding="utf-8") != planned + "\n":
         raise InputError(f"{plan_file}: the corpus under {out} was built with other settings "
                          "(sizes, seed); delete that directory or choose another --out")
-    atomic_write(plan_file, [planned])
+    write_lines(plan_file, [planned])
     with ProcessPoolExecutor(args.nj) as ex:
         for _ in tqdm(ex.map(synth_one, jobs, chunksize=16), total=len(jobs), desc="espeak-ng",
                       file=sys.stderr):
             pass
     for path, lines in trans.items():
-        atomic_write(path, sorted(lines))
+        write_lines(path, sorted(lines))
     split = {"dev_books": DEV_BOOKS, "test_books": TEST_BOOKS,
              "counts": {s: len(v) for s, v in chosen.items()}, "voices": VOICES}
-    atomic_write(out / "split.json", [json.dumps(split, indent=1)])
+    write_lines(out / "split.json", [json.dumps(split, indent=1)])
     print(f"mini corpus: {len(jobs)} utterances under {out / 'LibriSpeech'}")
 
 
