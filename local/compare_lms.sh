@@ -1,15 +1,29 @@
 #!/usr/bin/env bash
 # Equal-budget comparison of slm / clm / mlm / bilm (issue: "reproduce the paper's analyses"), one command:
 #   bash local/compare_lms.sh [OUT_DIR]          (default exp/compare; finished steps are skipped)
-# 1. decontaminated LM text from ../shared/data/text/gutenberg (dev transcripts excluded) and BPE 5000;
-# 2. a training subset (every 20th sentence) in ESPnet's format;
+# 1. decontaminated LM text from the shared books (dev transcripts excluded) and BPE;
+# 2. a training subset (every TRAIN_EVERY-th sentence) in ESPnet's format;
 # 3. the four kinds trained with the same budget (conf/compare/train_lm_cpu.yaml, local/train_compare_cpu.sh);
 # 4. each model (local/eval_lm.sh): BLiMP, dev N-best rescoring in both directions (tune on one dev set,
 #    report the other), held-out cross-entropy (pseudo for MLM); 5. the table: OUT_DIR/comparison.md.
+# Scale knobs (environment; the defaults reproduce the table in RESULTS.md):
+#   BOOKS=DIR          book text (default ../shared/data/text/gutenberg)
+#   BPE_SIZE=5000      VALID_EVERY=1000 (every N-th sentence is held out)
+#   TRAIN_EVERY=20     (train on every N-th training sentence)      VALID_LINES=1000 (held-out lines used)
+#   LM_TRAIN_ARGS=...  extra slm-lm-train options for every kind (e.g. "--num_iters_per_epoch 5")
+#   NBEST_EVERY=10     evaluate on every N-th dev utterance (1 = the full dev sets)
+#   BLIMP_LIMIT=100    first N pairs of each BLiMP paradigm (all = every pair)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/exp/compare}
 shared=${SHARED:-$root/../shared}
+books=${BOOKS:-$shared/data/text/gutenberg}
+bpe_size=${BPE_SIZE:-5000}
+valid_every=${VALID_EVERY:-1000}
+train_every=${TRAIN_EVERY:-20}
+valid_lines=${VALID_LINES:-1000}
+nbest_every=${NBEST_EVERY:-10}
+blimp_limit=${BLIMP_LIMIT:-100}
 py=$root/.venv/bin/python
 nbest=$shared/data/librispeech_nbest
 export SHARED=$shared
@@ -18,27 +32,36 @@ mkdir -p "$out"
 cd "$root"
 
 if [ ! -f "$text/train.txt" ]; then
-  $py -m slm_lm.bin.prepare_lm_text --books "$shared/data/text/gutenberg" \
+  $py -m slm_lm.bin.prepare_lm_text --books "$books" --valid-every "$valid_every" \
     --exclude "$nbest/dev_clean/references/ref_wer.trn" "$nbest/dev_other/references/ref_wer.trn" --out "$text/train.txt"
 fi
-[ -f "$text/bpe/tokens.txt" ] || $py -m slm_lm.bin.train_bpe --text "$text/train.txt" --vocab-size 5000 --out "$text/bpe"
+[ -f "$text/bpe/tokens.txt" ] || $py -m slm_lm.bin.train_bpe --text "$text/train.txt" --vocab-size "$bpe_size" --out "$text/bpe"
 if [ ! -f "$out/data/valid/text_shape" ]; then
   mkdir -p "$out/data"
-  awk 'NR % 20 == 0' "$text/train.txt" > "$out/data/train_sub.txt"
-  head -n 1000 "$text/valid.txt" > "$out/data/valid_sub.txt"
+  awk -v n="$train_every" 'NR % n == 0' "$text/train.txt" > "$out/data/train_sub.txt"
+  head -n "$valid_lines" "$text/valid.txt" > "$out/data/valid_sub.txt"
   $py -m slm_lm.espnet_lm.data "$out/data/train_sub.txt" "$out/data/train" --bpemodel "$text/bpe/bpe.model"
   $py -m slm_lm.espnet_lm.data "$out/data/valid_sub.txt" "$out/data/valid" --bpemodel "$text/bpe/bpe.model" --prefix valid
 fi
-bash local/train_compare_cpu.sh "$out/data" "$text/bpe" "$out/models"
+untrained=""
+for kind in slm clm mlm bilm; do [ -e "$out/models/$kind/valid.loss.ave.pth" ] || untrained+=" $kind"; done
+[ -z "$untrained" ] || LM_TRAIN_ARGS=${LM_TRAIN_ARGS:-} bash local/train_compare_cpu.sh "$out/data" "$text/bpe" "$out/models" "$untrained"
 
-# MLM pseudo-log-likelihood costs n passes per sentence: to keep the four-way table within a CPU session,
-# every model is evaluated on every 10th dev utterance and the first 100 pairs of each BLiMP paradigm.
-for set in dev_clean dev_other; do
-  [ -f "$out/nbest_every10/$set/references/ref_wer.trn" ] || \
-    $py local/subset_nbest.py "$nbest/$set" "$out/nbest_every10/$set" --every 10
-done
+# MLM pseudo-log-likelihood costs n passes per sentence: the default table (CPU session) evaluates every model
+# on every 10th dev utterance and the first 100 pairs of each BLiMP paradigm; NBEST_EVERY=1 BLIMP_LIMIT=all
+# evaluates on everything.
+eval_nbest=$nbest
+if [ "$nbest_every" != 1 ]; then
+  eval_nbest=$out/nbest_every$nbest_every
+  for set in dev_clean dev_other; do
+    [ -f "$eval_nbest/$set/references/ref_wer.trn" ] || \
+      $py local/subset_nbest.py "$nbest/$set" "$eval_nbest/$set" --every "$nbest_every"
+  done
+fi
+[ "$blimp_limit" = all ] && blimp_limit=""
 for kind in slm clm mlm bilm; do
-  NBEST=$out/nbest_every10 BLIMP_LIMIT=100 bash local/eval_lm.sh "$out/models/$kind" "$out/data/valid_sub.txt" "$out/eval/$kind" "$kind (CPU budget)"
+  NBEST=$eval_nbest BLIMP_LIMIT=$blimp_limit bash local/eval_lm.sh "$out/models/$kind" "$out/data/valid_sub.txt" \
+    "$out/eval/$kind" "$kind (CPU budget)"
 done
 $py local/compare_table.py "$out" > "$out/comparison.md.tmp" && mv "$out/comparison.md.tmp" "$out/comparison.md"
 cat "$out/comparison.md"

@@ -1,5 +1,6 @@
 """The equal-budget comparison's helpers on tiny inputs: N-best subsets, loss curves, the table."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +74,29 @@ def test_comparison_table_reads_every_evaluation(tmp_path):
 def test_compare_scripts_are_valid_shell():
     for script in ("compare_lms.sh", "eval_lm.sh", "train_compare_cpu.sh"):
         subprocess.run(["bash", "-n", str(ROOT / "local" / script)], check=True)
+
+
+def test_compare_lms_runs_end_to_end_on_tiny_inputs(tmp_path):
+    """The one-command comparison, scaled down: 2 books, a few updates, 10 dev utterances, 2 BLiMP pairs."""
+    books = tmp_path / "books"
+    books.mkdir()
+    for name in ("pg2150.txt.gz", "pg2147.txt.gz"):
+        (books / name).symlink_to(ROOT.parent / "shared" / "data" / "text" / "gutenberg" / name)
+    env = dict(os.environ, BOOKS=str(books), BPE_SIZE="300", VALID_EVERY="50", TRAIN_EVERY="1", VALID_LINES="20",
+               NBEST_EVERY="300", BLIMP_LIMIT="2", LM_TRAIN_ARGS="--max_epoch 1 --num_iters_per_epoch 3")
+    out = tmp_path / "compare"
+    run = subprocess.run(["bash", str(ROOT / "local" / "compare_lms.sh"), str(out)], env=env,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    table = (out / "comparison.md").read_text()
+    assert [line.split("|")[1].strip() for line in table.splitlines()[2:6]] == list(compare_table.KINDS)
+    assert len(load_nbest(out / "nbest_every300" / "dev_clean", nbest=10).hyps) == 10
+    for kind in compare_table.KINDS:
+        assert "3epoch" not in (out / "models" / kind / "train.log").read_text()
+        blimp = json.loads((out / "eval" / kind / "blimp" / "blimp_results.json").read_text())
+        assert blimp["pairs"] == 2 * 67
+    # finished steps are skipped: a second run retrains nothing and gives the same table
+    logs = {kind: (out / "models" / kind / "train.log").stat().st_size for kind in compare_table.KINDS}
+    subprocess.run(["bash", str(ROOT / "local" / "compare_lms.sh"), str(out)], env=env, capture_output=True, check=True)
+    assert (out / "comparison.md").read_text() == table
+    assert logs == {kind: (out / "models" / kind / "train.log").stat().st_size for kind in compare_table.KINDS}
