@@ -33,6 +33,12 @@ def main(out: Path) -> str:
     baselines = {}  # AM-only / file / oracle WERs: the same for every LM
     for kind in KINDS:
         ev = out / "eval" / kind
+        needed = [ev / "heldout.tsv", ev / "blimp" / "blimp_results.json"] + \
+            [ev / f"tune_{dev}" / "tuning.json" for dev in ("dev_clean", "dev_other")]
+        missing = [str(p.relative_to(out)) for p in needed if not p.exists()]
+        if missing:  # an evaluation still running (or not started) gets a row saying so
+            rows.append(f"| {kind} | not evaluated yet: {', '.join(missing)} missing | | | | | |")
+            continue
         ce, ppl = heldout(ev / "heldout.tsv")
         blimp = json.loads((ev / "blimp" / "blimp_results.json").read_text())["overall"]
         cells = {}
@@ -44,6 +50,8 @@ def main(out: Path) -> str:
         ppl_note = " (pseudo)" if kind == "mlm" else ""
         rows.append(f"| {kind} | {parameters(out / 'models' / kind):.2f} | {ce:.3f} | {ppl:.1f}{ppl_note} | {blimp:.1f} | "
                     f"{cells['dev_clean']} | {cells['dev_other']} |")
+    if not baselines:
+        raise SystemExit(f"{out}: no finished evaluation under eval/")
     rows.append(f"| AM only (no LM) | | | | | {baselines['dev_clean']['wer_am']:.2f} | {baselines['dev_other']['wer_am']:.2f} |")
     rows.append(f"| their first-pass LM (file score) | | | | | {baselines['dev_clean']['wer_file']:.2f} | "
                 f"{baselines['dev_other']['wer_file']:.2f} |")

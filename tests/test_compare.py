@@ -69,6 +69,11 @@ def test_comparison_table_reads_every_evaluation(tmp_path):
     assert rows["bilm"][4] == "3.20 (λ=0.3)"
     assert float(rows["bilm"][0]) > float(rows["slm"][0])  # two towers
     assert rows["AM only (no LM)"][-2:] == ["4.00", "4.00"]
+    # an unfinished evaluation is reported as such, not dropped
+    (tmp_path / "eval" / "mlm" / "tune_dev_other" / "tuning.json").unlink()
+    table = compare_table.main(tmp_path)
+    assert "| mlm | not evaluated yet: eval/mlm/tune_dev_other/tuning.json missing |" in table
+    assert "| clm | " in table and "| AM only (no LM) |" in table
 
 
 def test_compare_scripts_are_valid_shell():
