@@ -45,7 +45,7 @@ if [ ! -f "$out/data/valid/text_shape" ]; then
 fi
 untrained=""
 for kind in slm clm mlm bilm; do [ -e "$out/models/$kind/valid.loss.ave.pth" ] || untrained+=" $kind"; done
-[ -z "$untrained" ] || LM_TRAIN_ARGS=${LM_TRAIN_ARGS:-} bash local/train_compare_cpu.sh "$out/data" "$text/bpe" "$out/models" "$untrained"
+[ -z "$untrained" ] || bash local/train_compare_cpu.sh "$out/data" "$text/bpe" "$out/models" "$untrained"
 
 # MLM pseudo-log-likelihood costs n passes per sentence: the default table (CPU session) evaluates every model
 # on every 10th dev utterance and the first 100 pairs of each BLiMP paradigm; NBEST_EVERY=1 BLIMP_LIMIT=all
