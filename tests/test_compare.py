@@ -106,3 +106,17 @@ def test_compare_lms_runs_end_to_end_on_tiny_inputs(tmp_path):
     subprocess.run(["bash", str(ROOT / "local" / "compare_lms.sh"), str(out)], env=env, capture_output=True, check=True)
     assert (out / "comparison.md").read_text() == table
     assert logs == {kind: (out / "models" / kind / "train.log").stat().st_size for kind in compare_table.KINDS}
+
+
+def test_unigram_floor_prefers_frequent_tokens(tmp_path):
+    import unigram_ce
+
+    (tmp_path / "train.txt").write_text("THE THE THE THE THE THE LORD\n" * 200 + "ZEBRA\n")
+    tokenizer_dir = tmp_path / "bpe"
+    train_bpe(tmp_path / "train.txt", tokenizer_dir, vocab_size=30)
+    (tmp_path / "common.txt").write_text("THE THE THE\n")
+    (tmp_path / "rare.txt").write_text("ZEBRA ZEBRA ZEBRA\n")
+    model = str(tokenizer_dir / "bpe.model")
+    common = unigram_ce.unigram_ce(model, str(tmp_path / "train.txt"), str(tmp_path / "common.txt"))
+    rare = unigram_ce.unigram_ce(model, str(tmp_path / "train.txt"), str(tmp_path / "rare.txt"))
+    assert 0 < common < 2 < rare
