@@ -14,7 +14,7 @@ from slm_lm.text_norm import normalize_librispeech
 from slm_lm.tokenizer import Tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.pt"
+CONFIG_FILE, WEIGHTS_FILE, SAFETENSORS_FILE = "config.json", "model.pt", "model.safetensors"
 
 
 class Scorer:
@@ -171,12 +171,23 @@ class Scorer:
     @staticmethod
     def _load_saved(directory: Path):
         """(model, tokenizer, saved scorer options) of a save_pretrained directory."""
-        for name in (CONFIG_FILE, WEIGHTS_FILE):
-            if not (directory / name).exists():
-                raise InputError(f"{directory}: missing {name} (not a save_pretrained directory)")
+        weights = directory / SAFETENSORS_FILE
+        if not weights.exists():
+            weights = directory / WEIGHTS_FILE
+        for path in (directory / CONFIG_FILE, weights):
+            if not path.exists():
+                raise InputError(f"{directory}: missing {path.name} (not a save_pretrained directory)")
         config = json.loads((directory / CONFIG_FILE).read_text())
         model = model_from_config(LMConfig.from_dict(config["model"]))
-        model.load_state_dict(torch.load(directory / WEIGHTS_FILE, map_location="cpu", weights_only=True))
+        if weights.name == SAFETENSORS_FILE:
+            from safetensors.torch import load_file
+
+            state = {k: v.float() for k, v in load_file(str(weights)).items()}
+            # Shipped weights store the tied head projection once, as the token embedding.
+            state.setdefault("head.embedding.weight", state.get("embed.tokens.weight"))
+        else:
+            state = torch.load(weights, map_location="cpu", weights_only=True)
+        model.load_state_dict(state)
         if config.get("tokenizer") == "hf":
             from slm_lm.hf import HFTokenizer
 

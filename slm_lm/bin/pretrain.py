@@ -1,0 +1,62 @@
+"""slm-pretrain: encode a corpus, or pre-train an LM kind for a wall-clock budget (see slm_lm.pretrain)."""
+import argparse
+import json
+import sys
+
+from slm_lm.config import KINDS, SIZES
+from slm_lm.errors import InputError
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    enc = sub.add_parser("encode", help="text (one normalised sentence a line) -> NAME.ids.xz")
+    enc.add_argument("--bpe-dir", required=True, help="directory with bpe.model and tokens.txt")
+    enc.add_argument("--text", required=True)
+    enc.add_argument("--out", required=True)
+    tr = sub.add_parser("train", help="train one kind on DATA/{train,valid}.ids.xz + tokenizer files")
+    tr.add_argument("--kind", required=True, choices=KINDS)
+    tr.add_argument("--data", required=True, help="directory: train.ids.xz, valid.ids.xz, bpe.model, tokens.txt")
+    tr.add_argument("--out", required=True)
+    tr.add_argument("--minutes", type=float, required=True, help="training budget in minutes of --clock time")
+    tr.add_argument("--clock", default="wall", choices=("wall", "cpu"),
+                    help="budget clock: wall time, or this process's CPU time (equal compute on shared CPUs)")
+    tr.add_argument("--deadline", type=float, default=0.0,
+                    help="wall-clock minutes after which the run ends whatever the budget (0: none)")
+    tr.add_argument("--size", default="mini", choices=tuple(SIZES))
+    for name in ("n_layers", "d_model", "n_heads", "d_ff", "max_positions"):
+        tr.add_argument("--" + name.replace("_", "-"), type=int)
+    tr.add_argument("--dropout", type=float, default=0.1)
+    tr.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    tr.add_argument("--warmup", type=float, default=0.05, help="fraction of the budget for linear warm-up")
+    tr.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per update")
+    tr.add_argument("--device", default="cpu")
+    tr.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    tr.add_argument("--valid-every", type=float, default=10.0, help="budget minutes between validations")
+    tr.add_argument("--valid-sentences", type=int, default=0, help="validate on the first N sentences (0: all)")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "encode":
+            from slm_lm.pretrain import encode_corpus
+            from slm_lm.tokenizer import Tokenizer
+
+            print(json.dumps(encode_corpus(args.text, Tokenizer.from_dir(args.bpe_dir), args.out)))
+            return
+        from slm_lm.pretrain import pretrain
+
+        model_args = dict(SIZES[args.size], dropout=args.dropout)
+        model_args.update({k: getattr(args, k) for k in ("n_layers", "d_model", "n_heads", "d_ff", "max_positions")
+                           if getattr(args, k) is not None})
+        card = pretrain(args.kind, args.data, args.out, args.minutes, model_args, peak_lr=args.lr, warmup=args.warmup,
+                        batch_tokens=args.batch_tokens, device=args.device, dtype=args.dtype,
+                        valid_every_min=args.valid_every, valid_sentences=args.valid_sentences, clock=args.clock,
+                        deadline_min=args.deadline, seed=args.seed, threads=args.threads)
+        print(json.dumps(card))
+    except (InputError, ValueError) as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,264 @@
+"""Pre-training on a tokenised corpus under a wall-clock budget: the trainer of the shipped models.
+
+ESPnet's trainer (`slm-lm-train`) is the recipe's path. This one is for pre-training where ESPnet is
+not installed (a lent GPU machine) or where a fixed *time* budget is the unit of comparison: the
+learning rate follows the fraction of the budget spent (linear warm-up, then linear decay to zero), so
+kinds given the same minutes get the same schedule. Batches are sentences of similar length under a
+padded-token budget, as ESPnet's `numel` batches; bf16/fp16 autocast with the loss in float32.
+
+Corpus format (`encode_corpus`): the token ids of every sentence, pieces only, each sentence followed
+by 0 (`<blank>`, never a piece), as little-endian uint16, lzma-compressed: `NAME.ids.xz`.
+"""
+import json
+import lzma
+import math
+import os
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from slm_lm.config import LMConfig
+from slm_lm.errors import InputError
+from slm_lm.fileio import atomic_open, write_atomic
+from slm_lm.models import model_from_config
+from slm_lm.tokenizer import Tokenizer
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def encode_corpus(text, tokenizer: Tokenizer, out) -> dict:
+    """Encode `text` (one normalised sentence a line) into `out` (.ids.xz); returns counts."""
+    if tokenizer.vocab_size > 65535:
+        raise InputError(f"vocabulary of {tokenizer.vocab_size} does not fit uint16 ids")
+    ids, sentences = [], 0
+    with open(text, encoding="utf-8-sig") as handle:
+        for number, line in enumerate(tqdm(handle, desc=f"encode {Path(text).name}", unit="sent"), 1):
+            line = line.strip()
+            if not line:
+                raise InputError(f"{text}:{number}: empty line")
+            try:
+                pieces = tokenizer.encode(line)
+            except InputError as e:
+                raise InputError(f"{text}:{number}: {e}") from None
+            ids.extend(pieces)
+            ids.append(0)
+            sentences += 1
+    array = np.asarray(ids, dtype="<u2")
+    with atomic_open(out, "wb") as handle:
+        handle.write(lzma.compress(array.tobytes(), preset=9 | lzma.PRESET_EXTREME))
+    return {"sentences": sentences, "pieces": int(len(array) - sentences), "bytes": os.path.getsize(out)}
+
+
+def load_corpus(path) -> list:
+    """Sentences of an `.ids.xz` corpus as a list of int64 numpy arrays (pieces only)."""
+    try:
+        array = np.frombuffer(lzma.decompress(Path(path).read_bytes()), dtype="<u2").astype(np.int64)
+    except (OSError, lzma.LZMAError) as e:
+        raise InputError(f"{path}: cannot read the encoded corpus: {e}") from None
+    if len(array) == 0 or array[-1] != 0:
+        raise InputError(f"{path}: not an encoded corpus (must end with a 0 separator)")
+    ends = np.flatnonzero(array == 0)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    return [array[s:e] for s, e in zip(starts, ends)]
+
+
+def batches(lengths: list, max_tokens: int, rng: random.Random, pool: int = 100):
+    """Index lists of sentences of similar length; each batch pads to at most `max_tokens` tokens.
+
+    The order is shuffled, then sorted by length inside pools of about `pool` batches, and the
+    batches are shuffled: every sentence is used once per pass.
+    """
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    mean = max(1, sum(lengths) // max(1, len(lengths)))
+    chunk = max(1, pool * max_tokens // mean)
+    out = []
+    for start in range(0, len(order), chunk):
+        part = sorted(order[start : start + chunk], key=lambda i: lengths[i])
+        batch = []
+        for i in part:  # ascending lengths: the newest sentence is the longest
+            if batch and (len(batch) + 1) * lengths[i] > max_tokens:
+                out.append(batch)
+                batch = []
+            batch.append(i)
+        if batch:
+            out.append(batch)
+    rng.shuffle(out)
+    return out
+
+
+def collate(sentences: list, index: list, sos_eos: int, max_positions: int):
+    """(tokens [B, T], lengths [B]) for `<s> pieces </s>` rows, pieces cut to fit `max_positions`."""
+    rows = [sentences[i][: max_positions - 2] for i in index]
+    n = np.array([len(r) for r in rows])
+    tokens = np.zeros((len(rows), int(n.max()) + 2), dtype=np.int64)
+    row_of = np.repeat(np.arange(len(rows)), n)
+    column = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n) + 1
+    tokens[row_of, column] = np.concatenate(rows)
+    tokens[:, 0] = sos_eos
+    tokens[np.arange(len(rows)), n + 1] = sos_eos
+    return torch.from_numpy(tokens), torch.from_numpy(n + 2)
+
+
+def learning_rate(peak: float, fraction: float, warmup: float) -> float:
+    """Linear warm-up over the first `warmup` of the budget, then linear decay to 0 at its end."""
+    if fraction < warmup:
+        return peak * fraction / warmup
+    return peak * max(0.0, 1.0 - fraction) / max(1e-9, 1.0 - warmup)
+
+
+@torch.no_grad()
+def evaluate(model, sentences, sos_eos, max_tokens, device, dtype) -> float:
+    """Cross-entropy (nats per scored token) of the model's training objective on `sentences`."""
+    model.eval()
+    total, count = 0.0, 0
+    lengths = [len(s) + 2 for s in sentences]
+    for index in batches(lengths, max_tokens, random.Random(0)):
+        tokens, lens = collate(sentences, index, sos_eos, model.config.max_positions)
+        with torch.autocast(device.type, dtype=DTYPES[dtype], enabled=dtype != "float32"):
+            loss, n = model.loss(tokens.to(device), lens.to(device))
+        total += float(loss)
+        count += n
+    model.train()
+    return total / max(1, count)
+
+
+def export(model, tokenizer: Tokenizer, directory, card: dict) -> None:
+    """Write a scoring-ready directory: fp16 `model.safetensors`, config.json, tokenizer, training.json."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    # The head's projection is tied to the token embedding: store it once.
+    state = {k: v.detach().to("cpu", torch.float16).contiguous() for k, v in model.state_dict().items()
+             if k != "head.embedding.weight"}
+    tmp = directory / ".model.safetensors.tmp"
+    save_file(state, str(tmp))
+    os.replace(tmp, directory / "model.safetensors")
+    tokenizer.save(directory)
+    write_atomic(directory / "config.json", json.dumps({"model": model.config.to_dict(), "scorer": {"normalize": True}}, indent=2))
+    write_atomic(directory / "training.json", json.dumps(card, indent=2))
+
+
+class Budget:
+    """Training time spent, on the wall clock or as this process's CPU time, validation left out.
+
+    `fraction` is the share of the budget spent; with `deadline` (wall-clock seconds for this process,
+    validation included) it is the larger of the two shares, so a run always ends by its deadline.
+    """
+
+    def __init__(self, seconds: float, clock: str = "wall", spent: float = 0.0, deadline: float = 0.0):
+        if clock not in ("wall", "cpu"):
+            raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
+        self.seconds, self.spent, self.deadline = seconds, spent, deadline
+        self._now = time.process_time if clock == "cpu" else time.monotonic
+        self._started = time.monotonic()
+        self._mark = None
+
+    def resume(self):
+        self._mark = self._now()
+
+    def pause(self):
+        if self._mark is not None:
+            self.spent += self._now() - self._mark
+            self._mark = None
+
+    @property
+    def fraction(self) -> float:
+        spent = self.spent + (self._now() - self._mark if self._mark is not None else 0.0)
+        share = spent / self.seconds
+        if self.deadline:
+            share = max(share, (time.monotonic() - self._started) / self.deadline)
+        return share
+
+
+def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, peak_lr: float = 1e-3,
+             warmup: float = 0.05, batch_tokens: int = 4096, device: str = "cpu", dtype: str = "float32",
+             valid_every_min: float = 10.0, valid_sentences: int = 0, clock: str = "wall",
+             deadline_min: float = 0.0, seed: int = 0, threads: int = 0) -> dict:
+    """Train `kind` on `data_dir`/{train,valid}.ids.xz for `minutes` of `clock` time; resumable.
+
+    Writes `out_dir`/checkpoint.pt (resume), curve.tsv (budget minutes, updates, tokens, train and
+    valid CE) and the scoring-ready `out_dir`/model/ (see `export`), refreshed at every validation.
+    """
+    data_dir, out_dir = Path(data_dir), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if threads:
+        torch.set_num_threads(threads)
+    dev = torch.device(device)
+    tokenizer = Tokenizer.from_dir(data_dir)
+    train, valid = load_corpus(data_dir / "train.ids.xz"), load_corpus(data_dir / "valid.ids.xz")
+    if valid_sentences:
+        valid = valid[:valid_sentences]
+    cfg = LMConfig(kind=kind, vocab_size=tokenizer.vocab_size, **model_args)
+    torch.manual_seed(seed)
+    model = model_from_config(cfg).to(dev)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=peak_lr, betas=(0.9, 0.98), eps=1e-6, fused=dev.type == "cuda")
+    state = {"spent": 0.0, "updates": 0, "tokens": 0, "epoch": 0, "position": 0, "next_valid": 0.0}
+    checkpoint, curve = out_dir / "checkpoint.pt", out_dir / "curve.tsv"
+    if checkpoint.exists():
+        saved = torch.load(checkpoint, map_location=dev, weights_only=True)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        state = saved["state"]
+    if not curve.exists():
+        write_atomic(curve, "minutes\tupdates\ttokens\ttrain_ce\tvalid_ce\n")
+    lengths = [len(s) + 2 for s in train]
+    budget = Budget(60.0 * minutes, clock, state["spent"], 60.0 * deadline_min)
+    card = {"kind": kind, "parameters": sum(p.numel() for p in model.parameters()), "budget_minutes": minutes,
+            "clock": clock, "peak_lr": peak_lr, "warmup": warmup, "batch_tokens": batch_tokens,
+            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+            "threads": torch.get_num_threads(), "dtype": dtype, "train_sentences": len(train),
+            "train_tokens_per_epoch": sum(lengths) - len(lengths), "valid_sentences": len(valid), "seed": seed}
+    running, running_n = 0.0, 0
+    bar = tqdm(total=round(budget.seconds), desc=f"{kind} ({clock} s)", unit="s", mininterval=30)
+    model.train()
+    while True:
+        order = batches(lengths, batch_tokens, random.Random(seed * 1000 + state["epoch"]))
+        while state["position"] < len(order):
+            fraction = budget.fraction
+            if fraction >= 1.0 or budget.spent >= state["next_valid"]:
+                valid_ce = evaluate(model, valid, tokenizer.eos_id, batch_tokens, dev, dtype)
+                train_ce = running / running_n if running_n else float("nan")
+                running, running_n = 0.0, 0
+                state["spent"] = budget.spent
+                with open(curve, "a") as handle:
+                    handle.write(f"{budget.spent / 60:.2f}\t{state['updates']}\t{state['tokens']}\t"
+                                 f"{train_ce:.4f}\t{valid_ce:.4f}\n")
+                state["next_valid"] = budget.spent + 60.0 * valid_every_min
+                card.update(updates=state["updates"], tokens_seen=state["tokens"], spent_minutes=budget.spent / 60,
+                            epochs=state["tokens"] / card["train_tokens_per_epoch"], valid_ce=valid_ce)
+                export(model, tokenizer, out_dir / "model", card)
+                with atomic_open(checkpoint, "wb") as handle:
+                    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state}, handle)
+                if fraction >= 1.0:
+                    bar.close()
+                    return card
+            budget.resume()
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(peak_lr, fraction, warmup)
+            tokens, lens = collate(train, order[state["position"]], tokenizer.eos_id, cfg.max_positions)
+            with torch.autocast(dev.type, dtype=DTYPES[dtype], enabled=dtype != "float32"):
+                loss_sum, n = model.loss(tokens.to(dev, non_blocking=True), lens.to(dev, non_blocking=True))
+            (loss_sum / n).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            budget.pause()
+            state["updates"] += 1
+            state["tokens"] += n
+            state["position"] += 1
+            if state["updates"] % 20 == 0:
+                running += float(loss_sum) / n
+                running_n += 1
+                bar.n = round(budget.spent)
+                bar.refresh()
+        state["epoch"] += 1
+        state["position"] = 0
