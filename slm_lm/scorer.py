@@ -6,6 +6,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from slm_lm import pretrained
 from slm_lm.config import LMConfig
 from slm_lm.errors import InputError
 from slm_lm.fileio import atomic_open, write_atomic
@@ -145,13 +146,17 @@ class Scorer:
 
     @classmethod
     def from_pretrained(cls, directory, mlm_k=None, **options) -> "Scorer":
-        """Load a directory written by `save_pretrained`, or an ESPnet LM experiment directory.
+        """Load a directory written by `save_pretrained`, an ESPnet LM experiment directory, or a shipped
+        model by name (`slm_lm.pretrained.names()`).
 
         `mlm_k` (masked LMs only) overrides the saved tokens-per-pass of pseudo-log-likelihood scoring.
         """
         directory = Path(directory)
+        if not directory.exists() and pretrained.path(str(directory)) is not None:
+            directory = pretrained.path(str(directory))
         if not directory.is_dir():
-            raise InputError(f"{directory}: model directory not found")
+            known = ", ".join(pretrained.names()) or "none"
+            raise InputError(f"{directory}: model directory not found (shipped models: {known})")
         if (directory / "config.yaml").exists() and not (directory / CONFIG_FILE).exists():
             from slm_lm.espnet_lm.export import load_espnet_experiment
 

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Ship a trained model into slm_lm/pretrained/NAME with its model card, or re-measure a card's checks.
+
+  make:  copy an `slm-pretrain` model directory into the package (atomically: temp dir + rename, an
+         older version of NAME is replaced), measure the check figures, and write card.json + README.md
+         from training.json, the full BLiMP run (slm-blimp) and the two dev rescoring runs (slm-rescore).
+  check: print the check figures of a model (a shipped NAME or a directory) as JSON. The checks are
+         cheap and fixed: BLiMP's first 10 pairs of every paradigm, and the first 200 dev_clean
+         utterances' 10-best lists rescored (AM = 0.6*decoder + 0.4*ctc) with the card's lambda tuned
+         on dev_other. tests/test_pretrained.py compares them with card.json.
+
+  python local/pretrained_card.py make --model exp/pretrain/cpu95/slm/model --name slm-books-cpu \
+      --blimp exp/pretrain/eval/slm/blimp --rescore exp/pretrain/eval/slm/tune_clean exp/pretrain/eval/slm/tune_other \
+      --command "bash local/pretrain_equal.sh ..."
+  python local/pretrained_card.py check slm-books-cpu
+"""
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from slm_lm import pretrained  # noqa: E402
+from slm_lm.blimp import evaluate as blimp_evaluate, load_blimp  # noqa: E402
+from slm_lm.fileio import write_atomic  # noqa: E402
+from slm_lm.nbest import NbestSet, load_nbest  # noqa: E402
+from slm_lm.rescore import Weights, build_scored_set, evaluate, lm_scores  # noqa: E402
+from slm_lm.scorer import load_scorer  # noqa: E402
+
+SHARED = ROOT.parent / "shared"
+MODEL_FILES = ("model.safetensors", "config.json", "bpe.model", "tokens.txt", "training.json")
+AM_WEIGHTS = {"decoder": 0.6, "ctc": 0.4}
+CHECK_BLIMP_PAIRS, CHECK_UTTS = 10, 200
+
+
+def check_figures(spec: str, lam: float, shared: Path = SHARED) -> dict:
+    """The fixed cheap measurements of a model that its card records (see module docstring)."""
+    scorer = load_scorer(spec)
+    blimp = blimp_evaluate(scorer, load_blimp(shared / "data/blimp", limit=CHECK_BLIMP_PAIRS), progress=False)
+    full = load_nbest(shared / "data/librispeech_nbest/dev_clean", nbest=10)
+    keep = sorted(full.hyps)[:CHECK_UTTS]
+    subset = NbestSet(full.name, full.source, {u: full.hyps[u] for u in keep}, {u: full.refs[u] for u in keep})
+    table = lm_scores(scorer, [h.text for u in keep for h in subset.hyps[u]], progress=False)
+    report = evaluate(build_scored_set(subset, [table], AM_WEIGHTS), Weights((lam,), 0.0), "check")
+    return {
+        "blimp_pairs": blimp["pairs"],
+        "blimp_accuracy": round(blimp["overall"], 4),
+        "dev_clean_utts": len(keep),
+        "lambda": lam,
+        "wer_am": round(report.wer_am, 4),
+        "wer_rescored": round(report.wer_rescored, 4),
+        "mean_lm_score": round(sum(table.values()) / len(table), 4),
+    }
+
+
+def card_markdown(name: str, card: dict) -> str:
+    """The model card (README.md) from card.json's fields."""
+    t, b = card["training"], card["blimp"]
+    lines = [
+        f"# {name}",
+        "",
+        f"A {t['kind'].upper()} ({'sliding LM, Transcormer' if t['kind'] == 'slm' else t['kind']}) shipped with slm_lm: "
+        f"`Scorer.from_pretrained(\"{name}\")`, `slm-score --model {name}`, `slm-rescore --lm {name}`.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| shape | {card['shape']} ({t['parameters']:,} parameters, fp16 safetensors) |",
+        f"| data | {card['data']} |",
+        f"| tokens seen | {t['tokens_seen']:,} ({t['epochs']:.3f} epochs) in {t['updates']:,} updates of {t['batch_tokens']} padded tokens |",
+        f"| compute | {t['spent_minutes']:.1f} minutes of {t['clock']} time, {t['threads']} thread(s), {t['device']} ({card['machine']}) |",
+        f"| schedule | AdamW (0.9, 0.98, eps 1e-6, wd 0.01), peak lr {t['peak_lr']:g}, linear warm-up over {t['warmup']:.0%} of the budget, linear decay to 0 |",
+        f"| held-out CE | {t['valid_ce']:.3f} nats/token on the first {t['valid_sentences']} sentences of valid.txt |",
+        f"| BLiMP (all {b['pairs']:,} pairs) | {b['overall']:.1f} % |",
+    ]
+    for r in card["rescoring"]:
+        lines.append(f"| {r['test']} WER, lambda {r['lambda']:g} tuned on {r['dev']} | AM only {r['wer_am']:.2f} -> "
+                     f"{r['wer_rescored']:.2f} (first-pass LM in the file: {r['wer_file']:.2f}; 10-best oracle {r['wer_oracle']:.2f}) |")
+    lines += [
+        "",
+        "BLiMP by phenomenon: " + ", ".join(f"{k} {v:.1f}" for k, v in b["phenomena"].items()) + ".",
+        "",
+        "Trained with:",
+        "",
+        "```bash",
+        card["command"],
+        "```",
+        "",
+        "Check figures (`python local/pretrained_card.py check " + name + "`, re-measured by tests/test_pretrained.py):",
+        "",
+        "```json",
+        json.dumps(card["check"], indent=1),
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def make(args) -> None:
+    model, dest = Path(args.model), pretrained.ROOT / args.name
+    training = json.loads((model / "training.json").read_text())
+    blimp = json.loads((Path(args.blimp) / "blimp_results.json").read_text())
+    rescoring = []
+    for run in args.rescore:
+        tuning = json.loads((Path(run) / "tuning.json").read_text())
+        dev = [s for s in tuning["sets"] if s["role"] == "dev"][0]
+        test = [s for s in tuning["sets"] if s["role"] == "test"][0]
+        rescoring.append({"dev": dev["name"], "test": test["name"], "lambda": tuning["best"]["lambdas"][0],
+                          "wer_am": test["wer_am"], "wer_rescored": test["wer_rescored"],
+                          "wer_file": test["wer_file"], "wer_oracle": test["wer_oracle"]})
+    lam = next(r["lambda"] for r in rescoring if r["dev"] == "dev_other")
+    cfg = json.loads((model / "config.json").read_text())["model"]
+    card = {
+        "name": args.name,
+        "shape": f"{cfg['n_layers']} layers, d {cfg['d_model']}, {cfg['n_heads']} heads, FFN {cfg['d_ff']}, "
+                 f"vocab {cfg['vocab_size']}, {cfg['max_positions']} positions",
+        "data": args.data,
+        "machine": args.machine,
+        "command": args.command,
+        "training": training,
+        "blimp": {k: blimp[k] for k in ("pairs", "overall", "phenomena")},
+        "rescoring": rescoring,
+        "check": check_figures(str(model), lam),
+    }
+    pretrained.ROOT.mkdir(exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=pretrained.ROOT, prefix=f".{args.name}."))
+    for name in MODEL_FILES:
+        shutil.copy2(model / name, tmp / name)
+    write_atomic(tmp / "card.json", json.dumps(card, indent=1))
+    write_atomic(tmp / "README.md", card_markdown(args.name, card))
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp.rename(dest)
+    print(f"wrote {dest}: {json.dumps(card['check'])}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    mk = sub.add_parser("make")
+    mk.add_argument("--model", required=True, help="slm-pretrain model directory (OUT/model)")
+    mk.add_argument("--name", required=True)
+    mk.add_argument("--blimp", required=True, help="slm-blimp output directory (full BLiMP)")
+    mk.add_argument("--rescore", required=True, nargs="+", help="slm-rescore output directories (tuning.json)")
+    mk.add_argument("--command", required=True, help="the command that trained it (for the card)")
+    mk.add_argument("--data", default="../shared/data/text/gutenberg (892 books), decontaminated against "
+                    "LibriSpeech dev and the mini corpus dev/test books (slm-prepare-lm-text --exclude), BPE 5000")
+    mk.add_argument("--machine", default="2-core AMD EPYC (AVX2, no AVX-512), fp32")
+    ck = sub.add_parser("check")
+    ck.add_argument("model", help="a shipped name or a model directory")
+    ck.add_argument("--lambda", dest="lam", type=float, help="LM weight (default: the card's)")
+    args = parser.parse_args(argv)
+    if args.command == "make":
+        make(args)
+    else:
+        lam = args.lam
+        if lam is None:
+            lam = json.loads((Path(pretrained.path(args.model) or args.model) / "card.json").read_text())["check"]["lambda"]
+        print(json.dumps(check_figures(args.model, lam)))
+
+
+if __name__ == "__main__":
+    main()
