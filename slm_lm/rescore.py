@@ -360,10 +360,11 @@ def _full_grid(sets, lambda_grids, beta_grid, alpha_grids) -> list[tuple[Weights
 
 
 def _coordinate_descent(sets, lambda_grids, beta_grid, alpha_grids) -> tuple[list[tuple[Weights, int]], dict]:
-    """Coordinate descent on the grid: from the smallest weights, set one coordinate at a time (each
-    lambda, then each tuned alpha, then beta) to its best grid value with the others fixed; sweep until
-    a sweep changes nothing. Every move lowers (errors, tie order), so it ends at a point that no single
-    coordinate change improves. Returns the evaluated points and the sweep count."""
+    """Block coordinate descent on the grid: from the smallest weights, set one block at a time to its
+    best grid values with the others fixed (each LM's lambda, with its alpha when the LM is
+    length-normalised: alpha matters only when lambda > 0; then beta); sweep until a sweep changes
+    nothing. Every move lowers (errors, tie order), so it ends at a point that no change of a single
+    block improves, not necessarily the grid's best. Returns the evaluated points and the sweep count."""
     seen: dict[tuple, int] = {}
 
     def errors(w: Weights) -> int:
@@ -372,16 +373,16 @@ def _coordinate_descent(sets, lambda_grids, beta_grid, alpha_grids) -> tuple[lis
             seen[key] = sum(s.errors_of(s.choose(w.lambdas, w.beta, w.alphas)) for s in sets)
         return seen[key]
 
-    def with_value(w: Weights, axis: str, j: int, value: float) -> Weights:
-        if axis == "beta":
-            return replace(w, beta=value)
-        values = list(getattr(w, axis))
-        values[j] = value
-        return replace(w, **{axis: tuple(values)})
+    def candidates(w: Weights, j: int):
+        if j == len(lambda_grids):
+            return [replace(w, beta=b) for b in beta_grid]
+        alphas = alpha_grids[j] if alpha_grids else [None]
+        return [
+            replace(w, lambdas=w.lambdas[:j] + (lam,) + w.lambdas[j + 1 :],
+                    alphas=w.alphas if a is None else w.alphas[:j] + (a,) + w.alphas[j + 1 :])
+            for lam, a in itertools.product(lambda_grids[j], alphas)
+        ]
 
-    axes = [("lambdas", j, g) for j, g in enumerate(lambda_grids)]
-    axes += [("alphas", j, g) for j, g in enumerate(alpha_grids or []) if len(g) > 1]
-    axes.append(("beta", 0, beta_grid))
     start = Weights(
         tuple(min(g) for g in lambda_grids),
         min(beta_grid, key=lambda b: (abs(b), b)),
@@ -390,8 +391,8 @@ def _coordinate_descent(sets, lambda_grids, beta_grid, alpha_grids) -> tuple[lis
     current, sweeps, moved = start, 0, True
     while moved:
         sweeps, moved = sweeps + 1, False
-        for axis, j, grid in axes:
-            best = min((with_value(current, axis, j, v) for v in grid), key=lambda w: _order(w, errors(w)))
+        for j in range(len(lambda_grids) + 1):
+            best = min(candidates(current, j), key=lambda w: _order(w, errors(w)))
             if best != current:
                 current, moved = best, True
     points = [(Weights(lam, beta, alphas), e) for (lam, beta, alphas), e in seen.items()]
@@ -410,7 +411,7 @@ def tune(
 
     ``alpha_grids``: per LM, the length-penalty alphas to try ([0.0] for an LM not normalised); None =
     no length normalisation. ``search``: ``grid`` evaluates every point, ``coordinate`` runs
-    :func:`_coordinate_descent`, ``auto`` = grid up to ``max_grid_points`` points, else coordinate.
+    :func:`_coordinate_descent` (block coordinate descent), ``auto`` = grid up to ``max_grid_points`` points, else coordinate.
     """
     if not dev_sets:
         raise InputError("tuning needs at least one dev set")
