@@ -411,7 +411,8 @@ def tune(
 
     ``alpha_grids``: per LM, the length-penalty alphas to try ([0.0] for an LM not normalised); None =
     no length normalisation. ``search``: ``grid`` evaluates every point, ``coordinate`` runs
-    :func:`_coordinate_descent` (block coordinate descent), ``auto`` = grid up to ``max_grid_points`` points, else coordinate.
+    :func:`_coordinate_descent` (block coordinate descent), ``auto`` = grid up to ``max_grid_points``
+    points, else coordinate.
     """
     if not dev_sets:
         raise InputError("tuning needs at least one dev set")

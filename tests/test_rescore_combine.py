@@ -167,7 +167,8 @@ def test_length_penalty_follows_mlm_scoring():
     assert length_penalty("length", 1.0, words).tolist() == length.tolist()  # mlm-scoring 'length'
     assert length_penalty("length", 0.5, words) == pytest.approx(np.sqrt(length))
     assert length_penalty("none", 0.7, words).tolist() == [1.0, 1.0, 1.0]
-    assert parse_length_norm("gnmt", 2) == ["gnmt", "gnmt"] and parse_length_norm("none,length", 2) == ["none", "length"]
+    assert parse_length_norm("gnmt", 2) == ["gnmt", "gnmt"]
+    assert parse_length_norm("none,length", 2) == ["none", "length"]
     with pytest.raises(InputError, match="unknown kind 'ln'"):
         parse_length_norm("ln", 1)
     with pytest.raises(InputError, match="2 kinds for 3 LMs"):
@@ -248,3 +249,39 @@ def test_cli_lm_option_repeats_and_reports_the_search(tmp_path, monkeypatch, cap
     printed = capsys.readouterr().out
     assert "search: grid, 25 of 25 grid points evaluated" in printed
     assert json.loads((tmp_path / "cli" / "tuning.json").read_text())["best"]["lambdas"] == record["best"]["lambdas"]
+
+
+def test_combination_table_on_the_shared_slices(shared_slices, tmp_path, monkeypatch, capsys):
+    """Four rows (AM only, each LM, both), each cell = the test WER of a run tuned on the other set."""
+    import types
+
+    import lm_combination_table
+
+    fake_module = types.ModuleType("slm_lm.scorer")
+    fake_module.load_scorer = lambda spec: FakeLM(spec)
+    monkeypatch.setitem(sys.modules, "slm_lm.scorer", fake_module)
+    clean, other = shared_slices / "dev_clean", shared_slices / "dev_other"
+    out = tmp_path / "table"
+    table = lm_combination_table.main(["--dev", f"{clean},{other}", "--lm", "score:lm", "--lm", "S", "--nbest", "10",
+                                       "--am-weights", AM, "--lambda-range", "0:2:0.1", "--out", str(out),
+                                       "--no-progress"])
+    assert (out / "combination.md").read_text() == table
+    rows = [line.split(" | ") for line in table.splitlines()[2:6]]
+    assert [r[0] for r in rows] == ["| AM only", "| AM + score:lm", "| AM + S", "| AM + score:lm + S"]
+    for row, slug in zip(rows[1:], ["am+score_lm", "am+S", "am+score_lm+S"]):
+        for cell, dev, test in ((row[1], "dev_clean", "dev_other"), (row[2].rstrip(" |"), "dev_other", "dev_clean")):
+            record = json.loads((out / slug / f"tune_{dev}" / "tuning.json").read_text())
+            report = next(s for s in record["sets"] if s["name"] == test)
+            lambdas = " / ".join(f"{x:g}" for x in record["best"]["lambdas"])
+            assert cell == f"{report['wer_rescored']:.2f} (λ = {lambdas})"
+            assert record["lm"] == {"am+score_lm": ["score:lm"], "am+S": ["fake:S"]}.get(slug, ["score:lm", "fake:S"])
+    am_only = {s["name"]: s["wer_am"] for s in json.loads((out / "am+S" / "tune_dev_clean" / "tuning.json")
+                                                         .read_text())["sets"]}
+    assert rows[0][1:] == [f"{am_only['dev_other']:.2f}", f"{am_only['dev_clean']:.2f} |"]
+    # the score:lm row is what slm-rescore itself gives
+    cli.main(["--dev", str(clean), "--test", str(other), "--lm", "score:lm", "--nbest", "10", "--am-weights", AM,
+              "--lambda-range", "0:2:0.1", "--out", str(tmp_path / "direct"), "--no-progress"])
+    direct = json.loads((tmp_path / "direct" / "tuning.json").read_text())
+    assert rows[1][1].startswith(f"{direct['sets'][1]['wer_rescored']:.2f} (λ = {direct['best']['lambdas'][0]:g})")
+    with pytest.raises(SystemExit, match="exactly two sets"):
+        lm_combination_table.main(["--dev", str(clean), "--lm", "score:lm", "--out", str(out)])
