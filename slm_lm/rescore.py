@@ -1,11 +1,17 @@
 """N-best rescoring: cached LM scores, score combination, grid tuning on dev, WER and reports.
 
-total = AM + sum_j lambda_j * LM_j + beta * n_words, where AM is the file's total score or a weighted
-sum of its per-scorer components (e.g. ``0.6*decoder + 0.4*ctc`` removes the first-pass LM of the
-shared lists). The weights are chosen on the dev sets by the lowest pooled WER (total word errors /
-total reference words); ties go to the smaller lambdas, then the smaller |beta|. Within an utterance,
-ties between hypotheses go to the better (lower) original rank. WER is computed with jiwer on
-whitespace-separated words.
+total = AM + sum_j lambda_j * LM_j / lp_j + beta * n_words, where AM is the file's total score or a
+weighted sum of its per-scorer components (e.g. ``0.6*decoder + 0.4*ctc`` removes the first-pass LM of
+the shared lists). An LM is a model (scored here, cached) or a per-scorer column of the N-best lists
+(spec ``score:NAME``, e.g. ``score:lm``, the first-pass LM). lp_j = 1 unless LM j is length-normalised
+as mlm-scoring does (:func:`length_penalty`, its alpha tuned like the weights). A word bonus per LM
+would add nothing: sum_j lambda_j * b_j * n_words is one bonus, so the single beta serves all LMs.
+
+The weights are chosen on the dev sets by the lowest pooled WER (total word errors / total reference
+words); ties go to the smaller lambdas, then the smaller |beta|, then the smaller alphas. The search is
+exhaustive over the grid, or coordinate descent when the grid has more than ``max_grid_points``
+points (:func:`tune`). Within an utterance, ties between hypotheses go to the better (lower) original
+rank. WER is computed with jiwer on whitespace-separated words.
 """
 
 from __future__ import annotations
@@ -13,8 +19,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import jiwer
@@ -67,6 +74,74 @@ def am_score(hyp: Hypothesis, am_weights: dict[str, float] | None) -> float:
         have = ", ".join(sorted(hyp.scores)) or "none (no scores file?)"
         raise InputError(f"{hyp.where}: no per-scorer score {missing[0]!r}; have {have}")
     return sum(w * hyp.scores[k] for k, w in am_weights.items())
+
+
+SCORE_COLUMN = "score:"
+
+
+@dataclass(frozen=True)
+class ScoreColumn:
+    """An LM whose scores are a per-scorer column of the N-best lists (LM spec ``score:NAME``).
+
+    Read per hypothesis, not per text: two hypotheses with the same words but different tokens carry
+    different first-pass LM scores.
+    """
+
+    column: str
+
+    @property
+    def name(self) -> str:
+        """The LM spec, ``score:NAME``."""
+        return SCORE_COLUMN + self.column
+
+    def value(self, hyp: Hypothesis) -> float:
+        """The column's score of one hypothesis."""
+        if self.column not in hyp.scores:
+            have = ", ".join(sorted(hyp.scores)) or "none (no scores file?)"
+            raise InputError(f"{hyp.where}: no per-scorer score {self.column!r} for LM {self.name!r}; have {have}")
+        return hyp.scores[self.column]
+
+
+def score_column(spec: str) -> ScoreColumn | None:
+    """The :class:`ScoreColumn` of an LM spec ``score:NAME``; None for any other spec (a model)."""
+    if not spec.startswith(SCORE_COLUMN):
+        return None
+    column = spec[len(SCORE_COLUMN) :].strip()
+    if not column:
+        raise InputError(f"--lm {spec!r}: no column name (want score:NAME, e.g. score:lm)")
+    return ScoreColumn(column)
+
+
+LENGTH_NORMS = ("none", "gnmt", "length")
+
+
+def parse_length_norm(spec: str, n_lms: int) -> list[str]:
+    """``gnmt`` (all LMs) or ``none,gnmt,...`` (one per LM, in --lm order) -> list of kinds."""
+    kinds = [k.strip() for k in spec.split(",")]
+    bad = [k for k in kinds if k not in LENGTH_NORMS]
+    if bad:
+        raise InputError(f"--length-norm: unknown kind {bad[0]!r} (want one of {', '.join(LENGTH_NORMS)})")
+    if len(kinds) == 1:
+        return kinds * n_lms
+    if len(kinds) != n_lms:
+        raise InputError(f"--length-norm: {len(kinds)} kinds for {n_lms} LMs (give one, or one per LM)")
+    return kinds
+
+
+def length_penalty(kind: str, alpha: float, n_words) -> np.ndarray:
+    """mlm-scoring's length penalty lp that an LM score is divided by, with |Y| = words + 1 (the end of
+    sentence; words, not LM tokens, so every LM and score column has the same lengths):
+    ``gnmt``: ((5 + |Y|) / 6) ** alpha (mlm-scoring ``--ln-type gnmt --ln alpha``), ``length``:
+    |Y| ** alpha (mlm-scoring ``--ln-type length`` is alpha = 1), ``none``: 1. alpha = 0 gives 1 too.
+    """
+    length = np.asarray(n_words, dtype=float) + 1.0
+    if kind == "none" or alpha == 0:
+        return np.ones_like(length)
+    if kind == "gnmt":
+        return ((5.0 + length) / 6.0) ** alpha
+    if kind == "length":
+        return length**alpha
+    raise InputError(f"unknown length normalisation {kind!r} (want one of {', '.join(LENGTH_NORMS)})")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -163,25 +238,36 @@ class ScoredSet:
     n_words: np.ndarray  # [U, N]
     errors: np.ndarray  # [U, N] word errors against the reference
     ref_words: np.ndarray  # [U]
+    length_norm: tuple[str, ...] = ()  # per LM: none | gnmt | length; () = none
 
-    def totals(self, lambdas, beta: float) -> np.ndarray:
-        """Combined scores [U, N] for the given LM weights and word bonus."""
+    def with_alphas(self, alphas) -> "ScoredSet":
+        """This set with each LM's scores divided by its length penalty at ``alphas`` (() = as is)."""
+        if not any(alphas):
+            return self
+        lm = self.lm.copy()
+        for j, (kind, alpha) in enumerate(zip(self.length_norm, alphas)):
+            lm[j] = lm[j] / length_penalty(kind, alpha, self.n_words)
+        return replace(self, lm=lm, length_norm=())
+
+    def totals(self, lambdas, beta: float, alphas=()) -> np.ndarray:
+        """Combined scores [U, N] for the given LM weights, word bonus and length-penalty alphas."""
         total = self.am + beta * self.n_words
-        for weight, lm in zip(lambdas, self.lm):
+        for weight, lm in zip(lambdas, self.with_alphas(alphas).lm):
             total = total + weight * lm
         return total
 
-    def choose(self, lambdas, beta: float) -> np.ndarray:
+    def choose(self, lambdas, beta: float, alphas=()) -> np.ndarray:
         """Index of the chosen hypothesis per utterance (ties -> lower original rank)."""
-        return np.argmax(self.totals(lambdas, beta), axis=1)
+        return np.argmax(self.totals(lambdas, beta, alphas), axis=1)
 
     def errors_of(self, chosen: np.ndarray) -> int:
         """Total word errors of the chosen hypotheses."""
         return int(self.errors[np.arange(len(chosen)), chosen].sum())
 
 
-def build_scored_set(nbest: NbestSet, lm_tables: list[dict[str, float]], am_weights=None) -> ScoredSet:
-    """Turn an :class:`NbestSet` and per-LM {text: score} tables into a :class:`ScoredSet`."""
+def build_scored_set(nbest: NbestSet, lm_tables: list, am_weights=None, length_norm=()) -> ScoredSet:
+    """Turn an :class:`NbestSet` and per-LM {text: score} tables (or :class:`ScoreColumn`) into a
+    :class:`ScoredSet`; ``length_norm``: one kind per LM (see :func:`length_penalty`) or ()."""
     uttids = list(nbest.hyps)
     width = max(len(h) for h in nbest.hyps.values())
     shape = (len(uttids), width)
@@ -197,7 +283,7 @@ def build_scored_set(nbest: NbestSet, lm_tables: list[dict[str, float]], am_weig
         for r, hyp in enumerate(hyps):
             am[u, r] = am_score(hyp, am_weights)
             for j, table in enumerate(lm_tables):
-                lm[j, u, r] = table[hyp.text]
+                lm[j, u, r] = table.value(hyp) if isinstance(table, ScoreColumn) else table[hyp.text]
             n_words[u, r] = hyp.n_words
             pair_refs.append(nbest.refs[uttid])
             pair_hyps.append(hyp.text)
@@ -205,7 +291,7 @@ def build_scored_set(nbest: NbestSet, lm_tables: list[dict[str, float]], am_weig
     rows, cols = np.array(pair_pos).T
     errors[rows, cols] = word_errors(pair_refs, pair_hyps)
     ref_words = np.array([len(nbest.refs[u].split()) for u in uttids], dtype=np.int64)
-    return ScoredSet(nbest.name, uttids, texts, am, lm, n_words, errors, ref_words)
+    return ScoredSet(nbest.name, uttids, texts, am, lm, n_words, errors, ref_words, tuple(length_norm))
 
 
 def wer_percent(errors: int, ref_words: int) -> float:
@@ -217,20 +303,23 @@ def wer_percent(errors: int, ref_words: int) -> float:
 
 @dataclass
 class Weights:
-    """LM weights (one per LM) and word bonus."""
+    """LM weights (one per LM), word bonus, and length-penalty alphas (one per LM; () = none)."""
 
     lambdas: tuple[float, ...]
     beta: float = 0.0
+    alphas: tuple[float, ...] = ()
 
 
 @dataclass
 class TuneResult:
-    """Outcome of the grid search: best weights, its pooled dev WER and every grid point's errors."""
+    """Outcome of the search: best weights, its pooled dev WER, every evaluated point's errors, and how
+    the search went (method, points in the grid, points evaluated; coordinate descent: sweeps, start)."""
 
     best: Weights
     dev_wer: float
     dev_ref_words: int
     grid: list[tuple[Weights, int]]
+    search: dict = field(default_factory=dict)
 
 
 def _grid_errors(sets: list[ScoredSet], lambda_grids, beta_grid) -> list[tuple[Weights, list[int]]]:
@@ -252,17 +341,99 @@ def _grid_errors(sets: list[ScoredSet], lambda_grids, beta_grid) -> list[tuple[W
     return out
 
 
-def tune(dev_sets: list[ScoredSet], lambda_grids: list[list[float]], beta_grid: list[float]) -> TuneResult:
-    """Grid search minimising the pooled dev WER; ties -> smaller lambdas, then smaller |beta|."""
+SEARCHES = ("auto", "grid", "coordinate")
+MAX_GRID_POINTS = 50_000
+
+
+def _order(weights: Weights, errors: int):
+    """Sort key of a search point: fewer errors, then smaller lambdas, |beta|, beta, alphas."""
+    return (errors, weights.lambdas, abs(weights.beta), weights.beta, weights.alphas)
+
+
+def _full_grid(sets, lambda_grids, beta_grid, alpha_grids) -> list[tuple[Weights, int]]:
+    """Pooled errors of every grid point (alphas outermost, the rest vectorised by _grid_errors)."""
+    out = []
+    for alphas in itertools.product(*alpha_grids) if alpha_grids else [()]:
+        normalised = [s.with_alphas(alphas) for s in sets]
+        out += [(replace(w, alphas=alphas), sum(e)) for w, e in _grid_errors(normalised, lambda_grids, beta_grid)]
+    return out
+
+
+def _coordinate_descent(sets, lambda_grids, beta_grid, alpha_grids) -> tuple[list[tuple[Weights, int]], dict]:
+    """Block coordinate descent on the grid: from the smallest weights, set one block at a time to its
+    best grid values with the others fixed (each LM's lambda, with its alpha when the LM is
+    length-normalised: alpha matters only when lambda > 0; then beta); sweep until a sweep changes
+    nothing. Every move lowers (errors, tie order), so it ends at a point that no change of a single
+    block improves, not necessarily the grid's best. Returns the evaluated points and the sweep count."""
+    seen: dict[tuple, int] = {}
+
+    def errors(w: Weights) -> int:
+        key = (w.lambdas, w.beta, w.alphas)
+        if key not in seen:
+            seen[key] = sum(s.errors_of(s.choose(w.lambdas, w.beta, w.alphas)) for s in sets)
+        return seen[key]
+
+    def candidates(w: Weights, j: int):
+        if j == len(lambda_grids):
+            return [replace(w, beta=b) for b in beta_grid]
+        alphas = alpha_grids[j] if alpha_grids else [None]
+        return [
+            replace(w, lambdas=w.lambdas[:j] + (lam,) + w.lambdas[j + 1 :],
+                    alphas=w.alphas if a is None else w.alphas[:j] + (a,) + w.alphas[j + 1 :])
+            for lam, a in itertools.product(lambda_grids[j], alphas)
+        ]
+
+    start = Weights(
+        tuple(min(g) for g in lambda_grids),
+        min(beta_grid, key=lambda b: (abs(b), b)),
+        tuple(min(g) for g in alpha_grids) if alpha_grids else (),
+    )
+    current, sweeps, moved = start, 0, True
+    while moved:
+        sweeps, moved = sweeps + 1, False
+        for j in range(len(lambda_grids) + 1):
+            best = min(candidates(current, j), key=lambda w: _order(w, errors(w)))
+            if best != current:
+                current, moved = best, True
+    points = [(Weights(lam, beta, alphas), e) for (lam, beta, alphas), e in seen.items()]
+    return points, {"sweeps": sweeps, "start": asdict(start)}
+
+
+def tune(
+    dev_sets: list[ScoredSet],
+    lambda_grids: list[list[float]],
+    beta_grid: list[float],
+    alpha_grids: list[list[float]] | None = None,
+    search: str = "auto",
+    max_grid_points: int = MAX_GRID_POINTS,
+) -> TuneResult:
+    """Choose the weights minimising the pooled dev WER; ties -> smaller lambdas, |beta|, alphas.
+
+    ``alpha_grids``: per LM, the length-penalty alphas to try ([0.0] for an LM not normalised); None =
+    no length normalisation. ``search``: ``grid`` evaluates every point, ``coordinate`` runs
+    :func:`_coordinate_descent` (block coordinate descent), ``auto`` = grid up to ``max_grid_points``
+    points, else coordinate.
+    """
     if not dev_sets:
         raise InputError("tuning needs at least one dev set")
     n_lms = dev_sets[0].lm.shape[0]
     if len(lambda_grids) != n_lms or n_lms == 0:
         raise InputError(f"need one lambda grid per LM ({n_lms}), got {len(lambda_grids)}")
+    if alpha_grids is not None and len(alpha_grids) != n_lms:
+        raise InputError(f"need one alpha grid per LM ({n_lms}), got {len(alpha_grids)}")
+    if search not in SEARCHES:
+        raise InputError(f"--search: unknown search {search!r} (want one of {', '.join(SEARCHES)})")
+    n_points = math.prod(len(g) for g in lambda_grids + (alpha_grids or [])) * len(beta_grid)
+    method = search if search != "auto" else ("grid" if n_points <= max_grid_points else "coordinate")
     ref_words = int(sum(s.ref_words.sum() for s in dev_sets))
-    grid = [(w, sum(e)) for w, e in _grid_errors(dev_sets, lambda_grids, beta_grid)]
-    best_w, best_e = min(grid, key=lambda item: (item[1], item[0].lambdas, abs(item[0].beta), item[0].beta))
-    return TuneResult(best_w, wer_percent(best_e, ref_words), ref_words, grid)
+    if method == "grid":
+        grid, info = _full_grid(dev_sets, lambda_grids, beta_grid, alpha_grids), {}
+    else:
+        grid, info = _coordinate_descent(dev_sets, lambda_grids, beta_grid, alpha_grids)
+    best_w, best_e = min(grid, key=lambda item: _order(*item))
+    info = {"method": method, "requested": search, "max_grid_points": max_grid_points, "grid_points": n_points,
+            "evaluated": len(grid), **info}
+    return TuneResult(best_w, wer_percent(best_e, ref_words), ref_words, grid, info)
 
 
 @dataclass
@@ -303,7 +474,7 @@ def evaluate(s: ScoredSet, weights: Weights, role: str) -> SetReport:
         ref_words=words,
         wer_am=wer_percent(s.errors_of(s.choose(zero, 0.0)), words),
         wer_file=wer_percent(s.errors_of(np.zeros(len(s.uttids), dtype=np.int64)), words),
-        wer_rescored=wer_percent(s.errors_of(s.choose(weights.lambdas, weights.beta)), words),
+        wer_rescored=wer_percent(s.errors_of(s.choose(weights.lambdas, weights.beta, weights.alphas)), words),
         wer_oracle=wer_percent(int(oracle), words),
     )
 
@@ -315,8 +486,8 @@ def evaluate(s: ScoredSet, weights: Weights, role: str) -> SetReport:
 def write_1best(s: ScoredSet, weights: Weights, lm_names: list[str], out_dir: str | Path) -> Path:
     """Write the rescored 1-best as ESPnet ``1best_recog/{text,score,scores}`` under ``out_dir``."""
     folder = Path(out_dir) / "1best_recog"
-    chosen = s.choose(weights.lambdas, weights.beta)
-    totals = s.totals(weights.lambdas, weights.beta)
+    chosen = s.choose(weights.lambdas, weights.beta, weights.alphas)
+    totals = s.totals(weights.lambdas, weights.beta, weights.alphas)
     text, score, scores = [], [], []
     for u, (uttid, r) in enumerate(zip(s.uttids, chosen)):
         text.append(f"{uttid} {s.texts[u][r]}".rstrip())
@@ -333,11 +504,21 @@ def _fmt_rel(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.1f}%"
 
 
-def results_markdown(reports: list[SetReport], weights: Weights, lm_names: list[str], settings: dict) -> str:
+def _describe_lm(j: int, name: str, weights: Weights, length_norm) -> str:
+    text = f"- LM {j + 1}: `{name}`, lambda = {weights.lambdas[j]:g}"
+    kind = length_norm[j] if length_norm else "none"
+    if kind != "none":
+        text += f", length-normalised ({kind}, alpha = {weights.alphas[j]:g})"
+    return text
+
+
+def results_markdown(
+    reports: list[SetReport], weights: Weights, lm_names: list[str], settings: dict, length_norm=()
+) -> str:
     """The RESULTS.md text: settings, chosen weights and a WER table per set."""
     lines = ["# N-best rescoring results", ""]
     lines += [f"- {k}: `{v}`" for k, v in settings.items()]
-    lines += [f"- LM {j + 1}: `{n}`, lambda = {weights.lambdas[j]:g}" for j, n in enumerate(lm_names)]
+    lines += [_describe_lm(j, n, weights, length_norm) for j, n in enumerate(lm_names)]
     lines += [f"- word bonus beta = {weights.beta:g}", ""]
     lines += [
         "WER % (jiwer, whitespace words; relative change of the rescored WER in the last two columns)",
@@ -393,6 +574,29 @@ def _describe_grid(grid: list[float]) -> str:
     return f"{grid[0]:g}..{grid[-1]:g} ({len(grid)} values)"
 
 
+DEFAULT_ALPHA_GRID = [round(0.1 * i, 10) for i in range(11)]
+
+
+def _length_norm_grids(length_norm, n_lms: int, alpha_grid) -> tuple[tuple[str, ...], list | None]:
+    """(kind per LM, alpha grid per LM or None when no LM is length-normalised)."""
+    kinds = tuple(length_norm) if length_norm else ("none",) * n_lms
+    if len(kinds) != n_lms or any(k not in LENGTH_NORMS for k in kinds):
+        raise InputError(f"length_norm: want one of {', '.join(LENGTH_NORMS)} per LM ({n_lms}), got {list(kinds)}")
+    if all(k == "none" for k in kinds):
+        return kinds, None
+    grid = alpha_grid if alpha_grid is not None else DEFAULT_ALPHA_GRID
+    return kinds, [list(grid) if k != "none" else [0.0] for k in kinds]
+
+
+def _describe_search(info: dict) -> str:
+    text = f"{info['method']}: {info['evaluated']} of {info['grid_points']} grid points evaluated"
+    if info["method"] == "coordinate":
+        text += f" in {info['sweeps']} sweeps"
+    if info["requested"] == "auto":
+        text += f" (auto: grid up to {info['max_grid_points']} points)"
+    return text
+
+
 def rescore(
     dev: list[NbestSet],
     test: list[NbestSet],
@@ -404,9 +608,16 @@ def rescore(
     cache_dir: str | Path | None = None,
     settings: dict | None = None,
     progress: bool = True,
+    length_norm: list[str] | None = None,
+    alpha_grid: list[float] | None = None,
+    search: str = "auto",
+    max_grid_points: int = MAX_GRID_POINTS,
 ) -> tuple[TuneResult, list[SetReport]]:
     """Tune the weights on ``dev``, apply them to ``dev`` and ``test``, write all outputs to ``out_dir``.
 
+    ``scorers``: models (``.name``, ``.score``) or :class:`ScoreColumn`. ``length_norm``: one kind per
+    LM (default none); normalised LMs tune their alpha on ``alpha_grid`` (default 0:1:0.1). ``search``
+    and ``max_grid_points``: see :func:`tune`.
     Writes ``<out>/<set>/1best_recog/``, ``RESULTS.md``, ``dev_wer_vs_lambda.png``, ``tuning.json``.
     """
     names = [s.name for s in dev + test]
@@ -416,11 +627,13 @@ def rescore(
     beta_grid = beta_grid if beta_grid is not None else [0.0]
     out_dir = Path(out_dir)
     texts = [h.text for s in dev + test for hyps in s.hyps.values() for h in hyps]
-    tables = [lm_scores(sc, texts, cache_dir, progress=progress) for sc in scorers]
+    tables = [sc if isinstance(sc, ScoreColumn) else lm_scores(sc, texts, cache_dir, progress=progress)
+              for sc in scorers]
     lm_names = [sc.name for sc in scorers]
-    dev_m = [build_scored_set(s, tables, am_weights) for s in dev]
-    test_m = [build_scored_set(s, tables, am_weights) for s in test]
-    result = tune(dev_m, [lambda_grid] * len(scorers), beta_grid)
+    kinds, alpha_grids = _length_norm_grids(length_norm, len(scorers), alpha_grid)
+    dev_m = [build_scored_set(s, tables, am_weights, kinds) for s in dev]
+    test_m = [build_scored_set(s, tables, am_weights, kinds) for s in test]
+    result = tune(dev_m, [lambda_grid] * len(scorers), beta_grid, alpha_grids, search, max_grid_points)
     reports = [evaluate(s, result.best, "dev") for s in dev_m]
     reports += [evaluate(s, result.best, "test") for s in test_m]
     for s in dev_m + test_m:
@@ -430,13 +643,18 @@ def rescore(
         "AM score": " + ".join(f"{w:g}*{k}" for k, w in am_weights.items()) if am_weights else "file score",
         "lambda grid": _describe_grid(lambda_grid),
         "beta grid": _describe_grid(beta_grid),
+        **({"alpha grid": _describe_grid(alpha_grid or DEFAULT_ALPHA_GRID)} if alpha_grids else {}),
+        "search": _describe_search(result.search),
         "tuned on": "+".join(s.name for s in dev) + f" (pooled dev WER {result.dev_wer:.2f})",
     }
-    write_atomic(out_dir / "RESULTS.md", results_markdown(reports, result.best, lm_names, settings))
-    plot_dev_wer(out_dir / "dev_wer_vs_lambda.png", dev_m, result, lambda_grid)
+    write_atomic(out_dir / "RESULTS.md", results_markdown(reports, result.best, lm_names, settings, kinds))
+    plot_dev_wer(out_dir / "dev_wer_vs_lambda.png", [s.with_alphas(result.best.alphas) for s in dev_m], result,
+                 lambda_grid)
     record = {
         "lm": lm_names,
         "am_weights": am_weights,
+        "length_norm": list(kinds),
+        "search": result.search,
         "best": asdict(result.best),
         "dev_wer": result.dev_wer,
         "sets": [{**asdict(r), "rel_vs_am": r.rel_vs_am, "rel_vs_file": r.rel_vs_file} for r in reports],

@@ -246,7 +246,8 @@ def test_rescore_writes_outputs(tmp_path):
     assert f"| r3 | test | 30 | {test.n_hyps} | {reports[1].wer_am:.2f} |" in table
     assert (out / "dev_wer_vs_lambda.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     record = json.loads((out / "tuning.json").read_text())
-    assert record["best"] == {"lambdas": [1.6], "beta": 0.0} and len(record["grid"]) == 51
+    assert record["best"] == {"lambdas": [1.6], "beta": 0.0, "alphas": []} and len(record["grid"]) == 51
+    assert record["search"]["method"] == "grid" and record["length_norm"] == ["none"]
     back = read_espnet_nbest(out / "r3")  # the 1-best is readable ESPnet output
     s = scored(test, [FakeLM()])
     chosen = s.choose((1.6,), 0.0)

@@ -6,6 +6,8 @@ Example (the shared LibriSpeech 10-best lists, first-pass LM removed from the AM
         --test ../shared/data/librispeech_nbest/dev_other --lm exp/lm/slm_small \\
         --nbest 10 --am-weights decoder=0.6,ctc=0.4 --lambda-range 0:5:0.1 \\
         --cache exp/lm_cache --out exp/rescore/slm_small_tune_clean
+
+The first-pass LM's column of the lists as a second, jointly tuned LM: add ``--lm score:lm``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,16 @@ import sys
 
 from slm_lm.errors import InputError
 from slm_lm.nbest import load_nbest
-from slm_lm.rescore import parse_am_weights, parse_range, rescore
+from slm_lm.rescore import (
+    LENGTH_NORMS,
+    MAX_GRID_POINTS,
+    SEARCHES,
+    parse_am_weights,
+    parse_length_norm,
+    parse_range,
+    rescore,
+    score_column,
+)
 
 
 def _split(value: str | None) -> list[str]:
@@ -34,7 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
         "'-' or nothing = found with the data (references/ref_wer.trn, score_wer/ref.trn, JSON 'ref')",
     )
     p.add_argument("--test-ref", default="", help="reference file(s) for --test, like --dev-ref")
-    p.add_argument("--lm", required=True, help="LM spec(s) for slm_lm.scorer.load_scorer, comma-separated")
+    p.add_argument(
+        "--lm",
+        required=True,
+        action="append",
+        help="LM spec (repeat the option, or comma-separate): a model for slm_lm.scorer.load_scorer, or "
+        "score:NAME = the per-scorer column NAME of the N-best scores files (score:lm: the first-pass LM)",
+    )
     p.add_argument("--nbest", type=int, default=None, help="use ranks 1..N (default: all)")
     p.add_argument(
         "--am-weights", default=None, help="AM = weighted per-scorer scores, e.g. decoder=0.6,ctc=0.4 "
@@ -44,6 +61,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--beta-range", default="0", help="word bonus grid, e.g. --beta-range=-1:3:0.5 (default 0 = none)"
     )
+    p.add_argument(
+        "--length-norm",
+        default="none",
+        help=f"length normalisation of the LM scores as mlm-scoring does, one of {'/'.join(LENGTH_NORMS)} for "
+        "all LMs or one per LM in --lm order, e.g. none,gnmt (default none)",
+    )
+    p.add_argument(
+        "--ln-alpha-range", default="0:1:0.1", help="alpha grid of the length-normalised LMs (default 0:1:0.1)"
+    )
+    p.add_argument(
+        "--search",
+        default="auto",
+        choices=SEARCHES,
+        help="grid: every point; coordinate: coordinate descent; auto (default): grid up to --max-grid-points",
+    )
+    p.add_argument("--max-grid-points", type=int, default=MAX_GRID_POINTS, help="see --search")
     p.add_argument("--cache", default=None, help="LM score cache dir (default: OUT/lm_cache)")
     p.add_argument("--device", default=None, help="device for the LMs (passed to load_scorer)")
     p.add_argument("--out", required=True, help="output dir: RESULTS.md, PNG, tuning.json, <set>/1best_recog")
@@ -58,6 +91,19 @@ def _load_sets(paths: list[str], refs: list[str], option: str, nbest: int | None
     return [load_nbest(p, None if r == "-" else r, nbest) for p, r in zip(paths, refs)]
 
 
+def load_lms(specs: list[str], device: str | None = None) -> list:
+    """The LMs of the ``--lm`` specs: score columns, or models loaded with slm_lm.scorer.load_scorer."""
+    lms = []
+    for spec in specs:
+        column = score_column(spec)
+        if column is None:
+            from slm_lm.scorer import load_scorer  # torch only when a model is used
+
+            column = load_scorer(spec, **({"device": device} if device else {}))
+        lms.append(column)
+    return lms
+
+
 def main(argv=None) -> None:
     """Entry point of ``slm-rescore``."""
     args = build_parser().parse_args(argv)
@@ -65,12 +111,12 @@ def main(argv=None) -> None:
         lambda_grid = parse_range(args.lambda_range, "--lambda-range")
         beta_grid = parse_range(args.beta_range, "--beta-range")
         am_weights = parse_am_weights(args.am_weights) if args.am_weights else None
+        specs = [spec for value in args.lm for spec in _split(value)]
+        length_norm = parse_length_norm(args.length_norm, len(specs))
+        alpha_grid = parse_range(args.ln_alpha_range, "--ln-alpha-range")
         dev = _load_sets(_split(args.dev), _split(args.dev_ref), "--dev", args.nbest)
         test = _load_sets(_split(args.test), _split(args.test_ref), "--test", args.nbest)
-        from slm_lm.scorer import load_scorer
-
-        kwargs = {"device": args.device} if args.device else {}
-        scorers = [load_scorer(spec, **kwargs) for spec in _split(args.lm)]
+        scorers = load_lms(specs, args.device)
         settings = {"command": "slm-rescore " + " ".join(sys.argv[1:] if argv is None else argv)}
         if args.nbest:
             settings["N-best"] = args.nbest
@@ -85,11 +131,18 @@ def main(argv=None) -> None:
             cache_dir=args.cache or f"{args.out}/lm_cache",
             settings=settings,
             progress=not args.no_progress,
+            length_norm=length_norm,
+            alpha_grid=alpha_grid,
+            search=args.search,
+            max_grid_points=args.max_grid_points,
         )
     except InputError as err:
         sys.exit(f"slm-rescore: error: {err}")
     w = result.best
-    print(f"chosen lambda = {', '.join(f'{x:g}' for x in w.lambdas)}, beta = {w.beta:g}")
+    alphas = f", alpha = {', '.join(f'{x:g}' for x in w.alphas)}" if w.alphas else ""
+    print(f"chosen lambda = {', '.join(f'{x:g}' for x in w.lambdas)}, beta = {w.beta:g}{alphas}")
+    print(f"search: {result.search['method']}, {result.search['evaluated']} of {result.search['grid_points']} "
+          "grid points evaluated")
     for r in reports:
         print(
             f"{r.name} ({r.role}): AM-only {r.wer_am:.2f}  file 1-best {r.wer_file:.2f}  "

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""AM only / AM + each LM / AM + all LMs: slm-rescore for every combination of the given LMs, the weights
+tuned on one dev set and applied to the other (both directions), summed up in one markdown table.
+
+Usage (the options are slm-rescore's; --dev takes exactly two sets, each tuned on and tested in turn):
+    python local/lm_combination_table.py \\
+        --dev ../shared/data/librispeech_nbest/dev_clean,../shared/data/librispeech_nbest/dev_other \\
+        --lm exp/compare/models/slm --lm score:lm --nbest 10 --am-weights decoder=0.6,ctc=0.4 \\
+        --lambda-range 0:5:0.1 --out exp/combination
+
+Writes OUT/<combination>/tune_<dev set>/ (slm-rescore's outputs) and OUT/combination.md; prints the table.
+Each model scores each unique text once (the cache OUT/lm_cache, or --cache, is shared by all runs).
+"""
+import itertools
+import re
+import sys
+from pathlib import Path
+
+from slm_lm.bin.rescore import _load_sets, _split, build_parser, load_lms
+from slm_lm.errors import InputError
+from slm_lm.fileio import write_atomic
+from slm_lm.rescore import parse_am_weights, parse_length_norm, parse_range, rescore
+
+
+def combinations(n_lms: int) -> list[tuple[int, ...]]:
+    """Indices of the LMs of each row: every LM alone in --lm order, then the larger combinations."""
+    return [c for size in range(1, n_lms + 1) for c in itertools.combinations(range(n_lms), size)]
+
+
+def _cell(report, best) -> str:
+    text = f"{report.wer_rescored:.2f} (λ = {' / '.join(f'{x:g}' for x in best.lambdas)}"
+    if best.beta:
+        text += f", β = {best.beta:g}"
+    if any(best.alphas):
+        text += f", α = {' / '.join(f'{x:g}' for x in best.alphas)}"
+    return text + ")"
+
+
+def main(argv=None) -> str:
+    parser = build_parser()
+    parser.prog = "local/lm_combination_table.py"
+    args = parser.parse_args(argv)
+    try:
+        paths = _split(args.dev)
+        if len(paths) != 2 or args.test:
+            raise InputError("--dev: give exactly two sets (each is tuned on and tested in turn) and no --test")
+        specs = [spec for value in args.lm for spec in _split(value)]
+        kinds = parse_length_norm(args.length_norm, len(specs))
+        grids = dict(lambda_grid=parse_range(args.lambda_range, "--lambda-range"),
+                     beta_grid=parse_range(args.beta_range, "--beta-range"),
+                     alpha_grid=parse_range(args.ln_alpha_range, "--ln-alpha-range"))
+        am_weights = parse_am_weights(args.am_weights) if args.am_weights else None
+        sets = _load_sets(paths, _split(args.dev_ref), "--dev", args.nbest)
+        lms = load_lms(specs, args.device)
+        out = Path(args.out)
+        command = "python local/lm_combination_table.py " + " ".join(sys.argv[1:] if argv is None else argv)
+        labels, cells, baseline = [], {}, {}
+        for combo in combinations(len(lms)):
+            label = "AM + " + " + ".join(specs[j] for j in combo)
+            labels.append(label)
+            slug = "am+" + "+".join(re.sub(r"[^A-Za-z0-9._-]+", "_", specs[j]).strip("_")[-40:] for j in combo)
+            for dev, test in ((sets[0], sets[1]), (sets[1], sets[0])):
+                result, reports = rescore(
+                    [dev], [test], [lms[j] for j in combo], out / slug / f"tune_{dev.name}",
+                    am_weights=am_weights, cache_dir=args.cache or out / "lm_cache", progress=not args.no_progress,
+                    settings={"command": command}, length_norm=[kinds[j] for j in combo], search=args.search,
+                    max_grid_points=args.max_grid_points, **grids,
+                )
+                cells[label, test.name] = _cell(reports[1], result.best)
+                baseline[test.name] = reports[1]
+    except InputError as err:
+        sys.exit(f"lm_combination_table: error: {err}")
+    a, b = sets[1].name, sets[0].name  # the test sets of the two directions
+    lines = [f"| system | {a} WER (weights tuned on {b}) | {b} WER (weights tuned on {a}) |", "|---|---|---|",
+             f"| AM only | {baseline[a].wer_am:.2f} | {baseline[b].wer_am:.2f} |"]
+    lines += [f"| {label} | {cells[label, a]} | {cells[label, b]} |" for label in labels]
+    lines += ["", f"WER % (jiwer). AM = {args.am_weights or 'the file score'}; the file's own 1-best: "
+              f"{a} {baseline[a].wer_file:.2f}, {b} {baseline[b].wer_file:.2f}; oracle: "
+              f"{a} {baseline[a].wer_oracle:.2f}, {b} {baseline[b].wer_oracle:.2f}.", "", f"`{command}`"]
+    table = "\n".join(lines) + "\n"
+    write_atomic(out / "combination.md", table)
+    return table
+
+
+if __name__ == "__main__":
+    print(main(), end="")
