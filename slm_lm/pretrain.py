@@ -256,7 +256,7 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
             state["tokens"] += n
             state["position"] += 1
             if state["updates"] % 20 == 0:
-                running += float(loss_sum) / n
+                running += float(loss_sum.detach()) / n
                 running_n += 1
                 bar.n = round(budget.spent)
                 bar.refresh()

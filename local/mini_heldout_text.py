@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""Every verse of the mini corpus's dev and test books (Joshua, Mark, Judges, Luke) as Kaldi text.
+
+Pass it to `slm-prepare-lm-text --exclude` so that book text used to pre-train an LM shares no 10-gram
+with the mini recipe's dev/test sentences (the Gutenberg books include Bible passages).
+Usage: python local/mini_heldout_text.py OUT.txt [--bible bible]      (needs Debian's bible-kjv)
+"""
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "egs/librispeech_slm/local"))
+from mini_corpus import DEV_BOOKS, TEST_BOOKS, read_bible  # noqa: E402
+
+from slm_lm.errors import InputError  # noqa: E402
+from slm_lm.fileio import write_atomic  # noqa: E402
+from slm_lm.text_norm import normalize_librispeech  # noqa: E402
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out")
+    parser.add_argument("--bible", default="bible", help="the bible-kjv command")
+    args = parser.parse_args(argv)
+    try:
+        verses = read_bible(args.bible)
+    except InputError as e:
+        sys.exit(f"error: {e}")
+    lines, counts = [], {}
+    for book, chapter, text in verses:
+        if book in DEV_BOOKS + TEST_BOOKS:
+            counts[book] = counts.get(book, 0) + 1
+            words = normalize_librispeech(text)
+            if words:
+                lines.append(f"{book}-{chapter}-{counts[book]} {words}\n")
+    write_atomic(args.out, "".join(lines))
+    print(f"wrote {args.out}: {len(lines)} verses of {', '.join(DEV_BOOKS + TEST_BOOKS)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""slm-pretrain: corpus encoding, length-bucketed batches, the budgeted schedule, resume and the fp16 export."""
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from slm_lm.bin import pretrain as pretrain_cli
+from slm_lm.bpe import train_bpe
+from slm_lm.errors import InputError
+from slm_lm.pretrain import Budget, batches, collate, learning_rate, load_corpus
+from slm_lm.scorer import Scorer
+
+TEXT = """IN THE BEGINNING GOD CREATED THE HEAVEN AND THE EARTH
+AND THE EARTH WAS WITHOUT FORM AND VOID AND DARKNESS WAS UPON THE FACE OF THE DEEP
+AND THE SPIRIT OF GOD MOVED UPON THE FACE OF THE WATERS
+AND GOD SAID LET THERE BE LIGHT AND THERE WAS LIGHT
+IT'S A QUICK BROWN FOX JUMPING OVER THE LAZY DOG
+"""
+TINY = ["--n-layers", "1", "--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--max-positions", "64",
+        "--batch-tokens", "256", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pretrain")
+    (d / "text.txt").write_text(TEXT * 40)
+    tokenizer = train_bpe(d / "text.txt", d / "data", vocab_size=60)
+    (d / "valid.txt").write_text(TEXT)
+    for name, text in (("train", d / "text.txt"), ("valid", d / "valid.txt")):
+        pretrain_cli.main(["encode", "--bpe-dir", str(d / "data"), "--text", str(text), "--out", str(d / "data" / f"{name}.ids.xz")])
+    return d / "data", tokenizer
+
+
+def test_encoded_corpus_round_trips(data):
+    directory, tokenizer = data
+    sentences = load_corpus(directory / "valid.ids.xz")
+    assert [tokenizer.decode(s) for s in sentences] == TEXT.splitlines()
+
+
+def test_encode_names_the_bad_line(data, tmp_path):
+    directory, _ = data
+    (tmp_path / "bad.txt").write_text("THE EARTH\n\nTHE DEEP\n")
+    with pytest.raises(SystemExit, match=r"bad.txt:2: empty line"):
+        pretrain_cli.main(["encode", "--bpe-dir", str(directory), "--text", str(tmp_path / "bad.txt"),
+                           "--out", str(tmp_path / "bad.ids.xz")])
+    assert not (tmp_path / "bad.ids.xz").exists()
+
+
+def test_batches_use_every_sentence_once_within_the_token_budget():
+    lengths = [random.Random(i).randint(3, 40) for i in range(500)]
+    out = batches(lengths, 200, random.Random(0))
+    assert sorted(i for b in out for i in b) == list(range(500))
+    assert all(len(b) * max(lengths[i] for i in b) <= 200 for b in out)
+
+
+def test_collate_wraps_rows_in_sentence_boundaries_and_cuts_to_the_positions():
+    sentences = [np.array([5, 6, 7]), np.array([8]), np.array([], dtype=np.int64)]
+    tokens, lengths = collate(sentences, [0, 1, 2], 99, 4)
+    assert tokens.tolist() == [[99, 5, 6, 99], [99, 8, 99, 0], [99, 99, 0, 0]]
+    assert lengths.tolist() == [4, 3, 2]
+
+
+def test_schedule_warms_up_then_decays_to_zero():
+    assert learning_rate(1.0, 0.0, 0.1) == 0.0
+    assert learning_rate(1.0, 0.05, 0.1) == pytest.approx(0.5)
+    assert learning_rate(1.0, 0.1, 0.1) == pytest.approx(1.0)
+    assert learning_rate(1.0, 0.55, 0.1) == pytest.approx(0.5)
+    assert learning_rate(1.0, 1.0, 0.1) == 0.0
+
+
+def test_cpu_budget_counts_only_the_training_process_time():
+    budget = Budget(10.0, "cpu")
+    budget.resume()
+    sum(i * i for i in range(300000))
+    budget.pause()
+    spent = budget.spent
+    assert spent > 0 and budget.fraction == pytest.approx(spent / 10.0)
+    with pytest.raises(ValueError):
+        Budget(1.0, "gpu")
+
+
+@pytest.mark.parametrize("kind", ["slm", "clm"])
+def test_training_lowers_validation_loss_and_exports_a_scoring_ready_fp16_model(data, tmp_path, kind):
+    directory, tokenizer = data
+    out = tmp_path / kind
+    pretrain_cli.main(["train", "--kind", kind, "--data", str(directory), "--out", str(out), "--minutes", "0.1",
+                       "--valid-every", "0.05", "--lr", "3e-3", *TINY])
+    rows = [line.split("\t") for line in (out / "curve.tsv").read_text().splitlines()[1:]]
+    assert len(rows) >= 2 and float(rows[-1][4]) < float(rows[0][4]) - 0.5
+    card = json.loads((out / "model" / "training.json").read_text())
+    assert card["kind"] == kind and card["updates"] == int(rows[-1][1]) > 0
+    from safetensors.torch import load_file
+
+    weights = load_file(str(out / "model" / "model.safetensors"))
+    assert all(t.dtype == torch.float16 for t in weights.values()) and "head.embedding.weight" not in weights
+    scorer = Scorer.from_pretrained(out / "model")
+    assert scorer.model.config.kind == kind
+    good, bad = scorer.score(["AND GOD SAID LET THERE BE LIGHT", "LIGHT BE THERE LET SAID GOD AND"])
+    assert good > bad
+
+
+def test_a_finished_run_resumes_from_its_checkpoint_without_training_again(data, tmp_path):
+    directory, _ = data
+    args = ["train", "--kind", "clm", "--data", str(directory), "--out", str(tmp_path / "clm"), "--minutes", "0.02",
+            "--valid-every", "1", *TINY]
+    pretrain_cli.main(args)
+    before = (tmp_path / "clm" / "curve.tsv").read_text()
+    updates = json.loads((tmp_path / "clm" / "model" / "training.json").read_text())["updates"]
+    pretrain_cli.main(args)
+    after = json.loads((tmp_path / "clm" / "model" / "training.json").read_text())["updates"]
+    assert after == updates and (tmp_path / "clm" / "curve.tsv").read_text().startswith(before)
+
+
+def test_corrupt_corpus_is_a_clear_error(tmp_path):
+    (tmp_path / "x.ids.xz").write_bytes(b"not lzma")
+    with pytest.raises(InputError, match="x.ids.xz: cannot read the encoded corpus"):
+        load_corpus(tmp_path / "x.ids.xz")
