@@ -14,6 +14,8 @@ import hashlib
 import itertools
 import json
 import re
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,7 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 from slm_lm.errors import InputError
-from slm_lm.fileio import atomic_open, write_atomic
+from slm_lm.fileio import atomic_open, replace_dir, write_atomic
 from slm_lm.nbest import Hypothesis, NbestSet
 
 
@@ -94,13 +96,38 @@ class LMScoreCache:
             raise InputError(f"{self.path}: not an LM score cache ({{'model': ..., 'scores': {{...}}}})")
         if data.get("model") != self.model_name:
             raise InputError(f"{self.path}: cache belongs to {data.get('model')!r}, not {self.model_name!r}")
-        return {str(k): float(v) for k, v in data["scores"].items()}
+        scores = {}
+        for text, value in data["scores"].items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+                raise InputError(f"{self.path}: corrupt LM score cache: score {value!r} for {text[:80]!r} is not a "
+                                 "finite number; delete the file to rescore")
+            scores[text] = float(value)
+        return scores
 
     def save(self) -> None:
         """Merge with what is on disk (another run may have added scores) and write atomically."""
         merged = {**self._load(), **self.scores}
         self.scores = merged
         write_atomic(self.path, json.dumps({"model": self.model_name, "scores": merged}, ensure_ascii=False))
+
+
+class LocatedScorer:
+    """Passes calls to ``scorer``; an InputError about one sentence is re-raised naming where it comes from.
+
+    ``where`` maps each text to a description of its first occurrence (file:line, set/utterance/rank).
+    """
+
+    def __init__(self, scorer, where: dict[str, str]):
+        self.scorer, self.where, self.name = scorer, where, scorer.name
+
+    def score(self, sentences, progress=False):
+        try:
+            return self.scorer.score(sentences)
+        except InputError as e:
+            if e.index is None:
+                raise
+            message = str(e).removeprefix(f"sentence {e.index}: ")
+            raise InputError(f"{self.where[sentences[e.index]]}: {message}") from None
 
 
 def lm_scores(
@@ -407,22 +434,72 @@ def rescore(
 ) -> tuple[TuneResult, list[SetReport]]:
     """Tune the weights on ``dev``, apply them to ``dev`` and ``test``, write all outputs to ``out_dir``.
 
-    Writes ``<out>/<set>/1best_recog/``, ``RESULTS.md``, ``dev_wer_vs_lambda.png``, ``tuning.json``.
+    Writes ``<out>/<set>/1best_recog/``, ``RESULTS.md``, ``dev_wer_vs_lambda.png``, ``tuning.json``: into
+    a temporary directory first, which then replaces ``out_dir`` (see :func:`slm_lm.fileio.replace_dir`).
+    ``out_dir`` must not overlap any input.
     """
     names = [s.name for s in dev + test]
     if len(set(names)) != len(names):
         raise InputError(f"set names must be unique, got {names}")
+    for name in names:
+        if not _SAFE_NAME.fullmatch(name):
+            raise InputError(f"set name {name!r} is not a safe directory name (letters, digits, '.', '_', '-')")
+    check_no_overlap(out_dir, [s.source for s in dev + test])
     lambda_grid = lambda_grid if lambda_grid is not None else parse_range("0:5:0.1")
     beta_grid = beta_grid if beta_grid is not None else [0.0]
     out_dir = Path(out_dir)
-    texts = [h.text for s in dev + test for hyps in s.hyps.values() for h in hyps]
-    tables = [lm_scores(sc, texts, cache_dir, progress=progress) for sc in scorers]
+    where = {}
+    for s in dev + test:
+        for uttid, hyps in s.hyps.items():
+            for h in hyps:
+                where.setdefault(h.text, f"set {s.name}, utterance {uttid}, rank {h.rank} ({h.where})")
+    texts = list(where)
+    tables = [lm_scores(LocatedScorer(sc, where), texts, cache_dir, progress=progress) for sc in scorers]
     lm_names = [sc.name for sc in scorers]
     dev_m = [build_scored_set(s, tables, am_weights) for s in dev]
     test_m = [build_scored_set(s, tables, am_weights) for s in test]
     result = tune(dev_m, [lambda_grid] * len(scorers), beta_grid)
     reports = [evaluate(s, result.best, "dev") for s in dev_m]
     reports += [evaluate(s, result.best, "test") for s in test_m]
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
+    try:
+        _write_outputs(staging, dev, dev_m, test_m, result, reports, lm_names, am_weights, lambda_grid,
+                       beta_grid, settings)
+        replace_dir(staging, out_dir, stale=_previous_outputs(out_dir) | set(names))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return result, reports
+
+
+OUTPUT_FILES = ("RESULTS.md", "dev_wer_vs_lambda.png", "tuning.json")
+_SAFE_NAME = re.compile(r"(?!\.\.?$)[A-Za-z0-9._-]+")
+
+
+def check_no_overlap(out_dir: str | Path, inputs: list[str]) -> None:
+    """InputError unless ``out_dir`` is outside every input path and contains none of them."""
+    out = Path(out_dir).resolve()
+    for source in inputs:
+        path = Path(source).resolve()
+        if out == path or path in out.parents or out in path.parents:
+            raise InputError(f"--out {out_dir} overlaps the input {source}: outputs must never replace or sit "
+                             "inside an input, or contain one; choose another output directory")
+
+
+def _previous_outputs(out_dir: Path) -> set[str]:
+    """Names of the outputs of an earlier run in ``out_dir`` (replaced as a whole by this run)."""
+    names = set(OUTPUT_FILES)
+    try:
+        names |= {s["name"] for s in json.loads((out_dir / "tuning.json").read_text(encoding="utf-8"))["sets"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return names
+
+
+def _write_outputs(out_dir, dev, dev_m, test_m, result, reports, lm_names, am_weights, lambda_grid, beta_grid,
+                   settings) -> None:
+    """Write the 1-best lists, RESULTS.md, the dev WER plot and tuning.json into ``out_dir``."""
     for s in dev_m + test_m:
         write_1best(s, result.best, lm_names, out_dir / s.name)
     settings = {
@@ -445,4 +522,3 @@ def rescore(
         ],
     }
     write_atomic(out_dir / "tuning.json", json.dumps(record, indent=1))
-    return result, reports

@@ -265,7 +265,7 @@ def write_tsv(path: Path, nbest: NbestSet):
 
 def test_cli(tmp_path, monkeypatch, capsys):
     fake_module = types.ModuleType("slm_lm.scorer")
-    fake_module.load_scorer = lambda spec: FakeLM(spec)
+    fake_module.load_scorer = lambda spec, **options: FakeLM(spec)
     monkeypatch.setitem(sys.modules, "slm_lm.scorer", fake_module)
     dev, dev_ref = write_tsv(tmp_path / "dev.tsv", known_lambda_set())
     test, test_ref = write_tsv(tmp_path / "test.tsv", random_set(4))
