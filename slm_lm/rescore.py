@@ -10,9 +10,11 @@ whitespace-separated words.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import itertools
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -76,12 +78,17 @@ def am_score(hyp: Hypothesis, am_weights: dict[str, float] | None) -> float:
 
 
 class LMScoreCache:
-    """Sentence scores of one model, kept in ``<dir>/<model>-<hash>.json`` keyed by exact text."""
+    """Sentence scores of one model in ``<dir>/<model>-<hash>.jsonl``, keyed by exact text.
+
+    The first line is ``{"model": name}``, then one ``[text, score]`` line per sentence. New scores are
+    appended in one write under an exclusive lock, so concurrent runs can share a cache and a chunk costs
+    O(its entries); a partial last line (a run killed mid-write) is ignored.
+    """
 
     def __init__(self, cache_dir: str | Path, model_name: str):
         slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model_name)[:40]
         digest = hashlib.sha1(model_name.encode("utf-8")).hexdigest()[:16]
-        self.path = Path(cache_dir) / f"{slug}-{digest}.json"
+        self.path = Path(cache_dir) / f"{slug}-{digest}.jsonl"
         self.model_name = model_name
         self.scores: dict[str, float] = self._load()
 
@@ -89,26 +96,45 @@ class LMScoreCache:
         if not self.path.is_file():
             return {}
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise InputError(f"{self.path}:{err.lineno}: corrupt LM score cache ({err.msg})") from None
-        if not isinstance(data, dict) or not isinstance(data.get("scores"), dict):
-            raise InputError(f"{self.path}: not an LM score cache ({{'model': ..., 'scores': {{...}}}})")
-        if data.get("model") != self.model_name:
-            raise InputError(f"{self.path}: cache belongs to {data.get('model')!r}, not {self.model_name!r}")
-        scores = {}
-        for text, value in data["scores"].items():
+            lines = self.path.read_bytes().decode("utf-8").split("\n")[:-1]  # the last one is partial or ""
+        except UnicodeDecodeError as err:
+            raise InputError(f"{self.path}: corrupt LM score cache (not UTF-8: {err.reason})") from None
+        scores: dict[str, float] = {}
+        for lineno, line in enumerate(lines, 1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(f"{self.path}:{lineno}: corrupt LM score cache ({err.msg}); delete the file") from None
+            if lineno == 1:
+                if not isinstance(row, dict) or "model" not in row:
+                    raise InputError(f"{self.path}:1: not an LM score cache (want a {{'model': ...}} header line)")
+                if row["model"] != self.model_name:
+                    raise InputError(f"{self.path}: cache belongs to {row['model']!r}, not {self.model_name!r}")
+                continue
+            value = row[1] if isinstance(row, list) and len(row) == 2 and isinstance(row[0], str) else None
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-                raise InputError(f"{self.path}: corrupt LM score cache: score {value!r} for {text[:80]!r} is not a "
-                                 "finite number; delete the file to rescore")
-            scores[text] = float(value)
+                raise InputError(f"{self.path}:{lineno}: corrupt LM score cache: want [text, finite score], got "
+                                 f"{line[:80]!r}; delete the file to rescore")
+            scores[row[0]] = float(value)
         return scores
 
-    def save(self) -> None:
-        """Merge with what is on disk (another run may have added scores) and write atomically."""
-        merged = {**self._load(), **self.scores}
-        self.scores = merged
-        write_atomic(self.path, json.dumps({"model": self.model_name, "scores": merged}, ensure_ascii=False))
+    def add(self, scores: dict[str, float]) -> None:
+        """Record new scores: appended to the file in one write under an exclusive lock."""
+        self.scores.update(scores)
+        data = "".join(json.dumps([t, v], ensure_ascii=False) + "\n" for t, v in scores.items()).encode("utf-8")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "ab+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            size = handle.seek(0, os.SEEK_END)
+            if size:
+                handle.seek(size - 1)
+                if handle.read(1) != b"\n":  # a run killed mid-write left a partial line: drop it
+                    handle.seek(0)
+                    handle.truncate(handle.read().rfind(b"\n") + 1)
+            if handle.seek(0, os.SEEK_END) == 0:
+                data = json.dumps({"model": self.model_name}, ensure_ascii=False).encode("utf-8") + b"\n" + data
+            handle.write(data)
+            handle.flush()
 
 
 class LocatedScorer:
@@ -154,8 +180,7 @@ def lm_scores(
                 raise RuntimeError(f"LM {scorer.name} gave score {value} for {text!r}")
             known[text] = value
         if cache:
-            cache.scores.update({t: known[t] for t in chunk})
-            cache.save()
+            cache.add({t: known[t] for t in chunk})
         bar.update(len(chunk))
     bar.close()
     return {t: known[t] for t in unique}

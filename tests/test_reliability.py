@@ -250,8 +250,8 @@ def test_cache_key_covers_dtype_and_tokenizer_and_rejects_bad_values(model_dir, 
     assert load_scorer(str(other)).name != base.name  # same weights, another tokenizer
     cache = LMScoreCache(tmp_path / "cache", base.name)
     cache.path.parent.mkdir()
-    cache.path.write_text(json.dumps({"model": base.name, "scores": {"AND GOD": float("nan")}}))
-    with pytest.raises(InputError, match="not a finite number"):
+    cache.path.write_text(json.dumps({"model": base.name}) + '\n["AND GOD", NaN]\n')
+    with pytest.raises(InputError, match=r"jsonl:2: corrupt LM score cache: want \[text, finite score\]"):
         lm_scores(base, ["AND GOD"], tmp_path / "cache", progress=False)
 
 
@@ -269,3 +269,57 @@ def test_slm_score_streams_in_chunks_with_a_summary(model_dir, tmp_path, capsys,
     (tmp_path / "bad.txt").write_text("\n".join(lines[:7] + ["AND GOD Ω"]) + "\n")
     expect_exit_2(capsys, score_cli.main, ["--model", str(model_dir), "--input", str(tmp_path / "bad.txt"),
                                            "--no-normalize"], "bad.txt:8: sentence 7: unknown character")
+
+
+CACHE_WORKER = """
+import sys, time
+from slm_lm.rescore import lm_scores
+class Slow:
+    name = "slow"
+    def score(self, texts):
+        time.sleep(float(sys.argv[3]))
+        return [-float(len(t)) for t in texts]
+lm_scores(Slow(), [f"{sys.argv[2]}{i}" for i in range(40)], sys.argv[1], chunk_size=2, progress=False)
+"""
+
+
+def _worker(tmp_path, prefix, delay):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(__import__("pathlib").Path(__file__).resolve().parents[1])}
+    return subprocess.Popen([sys.executable, "-c", CACHE_WORKER, str(tmp_path / "cache"), prefix, str(delay)], env=env)
+
+
+def test_concurrent_runs_share_a_cache_and_a_sigkilled_run_resumes(tmp_path):
+    import signal
+    import time
+
+    runs = [_worker(tmp_path, prefix, 0.0) for prefix in ("A", "B")]
+    assert [r.wait(timeout=120) for r in runs] == [0, 0]
+    cache = LMScoreCache(tmp_path / "cache", "slow")
+    assert len(cache.scores) == 80  # no entry lost between the two writers
+    killed = _worker(tmp_path, "C", 0.2)
+    deadline = time.time() + 60
+    while len(LMScoreCache(tmp_path / "cache", "slow").scores) < 84 and time.time() < deadline:
+        time.sleep(0.05)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    with open(cache.path, "ab") as f:  # as if killed in the middle of a write
+        f.write(b'["C99", -3.')
+    saved = LMScoreCache(tmp_path / "cache", "slow").scores
+    done = {t for t in saved if t.startswith("C")}
+    assert 4 <= len(done) < 40
+
+    class Counting:
+        name, calls = "slow", []
+
+        def score(self, texts):
+            self.calls.extend(texts)
+            return [-float(len(t)) for t in texts]
+
+    lm = Counting()
+    scores = lm_scores(lm, [f"C{i}" for i in range(40)], tmp_path / "cache", chunk_size=2, progress=False)
+    assert set(lm.calls) == {f"C{i}" for i in range(40)} - done and scores["C7"] == -2.0
+    assert len(LMScoreCache(tmp_path / "cache", "slow").scores) == 120
