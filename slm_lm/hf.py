@@ -287,8 +287,11 @@ def load_hf_scorer(kind: str, path, case: str = "as-is", **options):
     """A scorer for the Hugging Face model saved in directory `path` (no download).
 
     kind: "hf-causal" (AutoModelForCausalLM) or "hf-masked" (AutoModelForMaskedLM, PLL).
-    options: device, dtype, max_tokens, truncate, unknown (as for `slm_lm.scorer.Scorer`).
+    options: device, dtype, max_tokens, truncate, unknown (as for `slm_lm.scorer.Scorer`); `normalize=False`
+    is accepted (these scorers score the text as given, re-cased by `case`).
     """
+    if options.pop("normalize", False):
+        raise InputError(f"{kind}:{path}: Hugging Face scorers do not normalise text (use case=... instead)")
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 

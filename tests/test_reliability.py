@@ -323,3 +323,22 @@ def test_concurrent_runs_share_a_cache_and_a_sigkilled_run_resumes(tmp_path):
     scores = lm_scores(lm, [f"C{i}" for i in range(40)], tmp_path / "cache", chunk_size=2, progress=False)
     assert set(lm.calls) == {f"C{i}" for i in range(40)} - done and scores["C7"] == -2.0
     assert len(LMScoreCache(tmp_path / "cache", "slow").scores) == 120
+
+
+def test_a_failure_while_writing_outputs_leaves_the_previous_run_untouched(model_dir, tmp_path, monkeypatch):
+    import slm_lm.rescore as rescore_module
+
+    dev, dev_ref = write_nbest(tmp_path, "dev", HYPS, REFS)
+    out = tmp_path / "out"
+    argv = ["--dev", str(dev), "--dev-ref", str(dev_ref), "--lm", str(model_dir), "--out", str(out), "--no-progress"]
+    rescore_cli.main(argv)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    def broken_plot(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(rescore_module, "plot_dev_wer", broken_plot)
+    with pytest.raises(OSError, match="disk full"):
+        rescore_cli.main(argv + ["--lambda-range", "0:2:1"])  # RESULTS.md is written before the plot
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.ref", "dev.tsv", "out"]
