@@ -410,15 +410,15 @@ def _input_files(inputs: list[Path]) -> list[Path]:
 
 
 def _check_outputs_outside_inputs(inputs: list[Path], outputs: list[Path]) -> None:
-    """Outputs may neither be an input file nor lie inside an input directory (a second run would read
-    its own train.txt/valid.txt back as books, leaking validation text into training)."""
+    """Outputs may neither be an input (book or exclusion) file nor lie inside an input directory (a second
+    run would read its own train.txt/valid.txt back as books, leaking validation text into training)."""
     for item in inputs:
         item = Path(item).resolve()
         for output in outputs:
             resolved = Path(output).resolve()
             if resolved == item or item in resolved.parents:
-                raise InputError(f"{output} is {'an input' if resolved == item else 'inside the input ' + str(item)}: "
-                                 "write the outputs outside the books (input) directories and files")
+                where = "an input file" if resolved == item else f"inside the input directory {item}"
+                raise InputError(f"{output} is {where}: write the outputs outside the books and --exclude inputs")
 
 
 def _code_digest() -> str:
@@ -444,7 +444,7 @@ def prepare_lm_text(inputs: list[Path], out: Path, exclude: list[Path] = (), con
     contaminated_tsv = out.with_name(out.stem + ".contaminated.tsv")
     if len({out.resolve(), valid_out.resolve(), report.resolve(), contaminated_tsv.resolve()}) < 4:
         raise InputError(f"output, validation and report paths must differ: {out}, {valid_out}, {report}")
-    _check_outputs_outside_inputs(inputs, [out, valid_out, report, contaminated_tsv])
+    _check_outputs_outside_inputs([*inputs, *exclude], [out, valid_out, report, contaminated_tsv])
     files = _input_files(inputs)
     exclusion = load_exclusion(list(exclude), config.ngram)
     fingerprint = {"config": asdict(config), "normalized": normalized, "exclusion": exclusion.digest,

@@ -16,6 +16,7 @@ from slm_lm.bin import rescore as rescore_cli
 from slm_lm.bin import score as score_cli
 from slm_lm.bpe import train_bpe
 from slm_lm.errors import InputError
+from slm_lm.lm_text import read_text_lines
 from slm_lm.nbest import load_nbest
 from slm_lm.rescore import LMScoreCache, lm_scores
 from slm_lm.scorer import Scorer, load_scorer
@@ -210,6 +211,19 @@ def test_slm_score_and_prepare_refuse_to_overwrite_their_input(model_dir, tmp_pa
         expect_exit_2(capsys, prep_cli.main, ["--books", str(books), "--out", str(out)], "slm-prepare-lm-text",
                       str(out))
     assert sorted(p.name for p in books.iterdir()) == ["b.txt"]
+    dev = tmp_path / "dev.trn"
+    dev.write_text("THE END CAME (s-u1)\n")
+    expect_exit_2(capsys, prep_cli.main, ["--books", str(books / "b.txt"), "--exclude", str(dev), "--out",
+                                          str(tmp_path / "lm" / "train.txt"), "--valid-out", str(dev)],
+                  "dev.trn is an input file")
+    assert dev.read_text() == "THE END CAME (s-u1)\n"
+    from slm_lm.espnet_lm.data import write_espnet_text
+
+    (tmp_path / "dump").mkdir()
+    (tmp_path / "dump" / "text").write_text("AND GOD\n")
+    with pytest.raises(InputError, match="the input would be replaced"):
+        write_espnet_text(tmp_path / "dump" / "text", tmp_path / "dump", model_dir / "bpe.model")
+    assert (tmp_path / "dump" / "text").read_text() == "AND GOD\n"
 
 
 def test_wer_and_lm_see_the_same_normalised_text(model_dir, tmp_path, capsys):
@@ -237,6 +251,20 @@ def test_byte_order_mark_is_stripped(tmp_path):
     tsv = tmp_path / "bom.tsv"
     tsv.write_text("\ufeff" + dev.read_text())
     assert load_nbest(tsv, trn).hyps["u1"][0].text == "AND GOD SAW THE LIGHT"
+    book = tmp_path / "book.txt"
+    book.write_text("\ufeffChapter one.\n")
+    assert next(read_text_lines(book)) == (1, "Chapter one.")
+
+
+def test_byte_order_mark_is_stripped_by_slm_score_and_the_tokenizer(model_dir, tmp_path, capsys):
+    model = copy_model(model_dir, tmp_path)
+    tokens = model / "tokens.txt"
+    tokens.write_text("\ufeff" + tokens.read_text())
+    for text in ("AND GOD\n", "\ufeffAND GOD\n"):
+        (tmp_path / "in.txt").write_text(text)
+        score_cli.main(["--model", str(model), "--input", str(tmp_path / "in.txt"), "--no-normalize"])
+    first, second = capsys.readouterr().out.splitlines()
+    assert first == second
 
 
 def test_cache_key_covers_dtype_and_tokenizer_and_rejects_bad_values(model_dir, tmp_path):
