@@ -243,7 +243,7 @@ def test_wer_and_lm_see_the_same_normalised_text(model_dir, tmp_path, capsys):
                   "cyr.tsv:1: hypothesis normalises to nothing (1 of 5 in set cyr)", "--no-normalize")
 
 
-def test_byte_order_mark_is_stripped(tmp_path):
+def test_byte_order_mark_and_crlf_are_stripped(tmp_path):
     dev, _ = write_nbest(tmp_path, "dev", HYPS, REFS)
     trn = tmp_path / "ref.trn"
     trn.write_text("\ufeffAND GOD SAW THE LIGHT (spk-u1)\nTHE EARTH WAS WITHOUT FORM AND VOID (spk-u2)\n")
@@ -251,6 +251,10 @@ def test_byte_order_mark_is_stripped(tmp_path):
     tsv = tmp_path / "bom.tsv"
     tsv.write_text("\ufeff" + dev.read_text())
     assert load_nbest(tsv, trn).hyps["u1"][0].text == "AND GOD SAW THE LIGHT"
+    crlf = tmp_path / "crlf.tsv"
+    crlf.write_bytes(dev.read_bytes().replace(b"\n", b"\r\n"))
+    trn.write_bytes(trn.read_bytes().replace(b"\n", b"\r\n"))
+    assert load_nbest(crlf, trn).hyps == load_nbest(dev, trn).hyps and load_nbest(crlf, trn).refs["u2"].endswith("VOID")
     book = tmp_path / "book.txt"
     book.write_text("\ufeffChapter one.\n")
     assert next(read_text_lines(book)) == (1, "Chapter one.")
@@ -351,6 +355,9 @@ def test_concurrent_runs_share_a_cache_and_a_sigkilled_run_resumes(tmp_path):
     scores = lm_scores(lm, [f"C{i}" for i in range(40)], tmp_path / "cache", chunk_size=2, progress=False)
     assert set(lm.calls) == {f"C{i}" for i in range(40)} - done and scores["C7"] == -2.0
     assert len(LMScoreCache(tmp_path / "cache", "slow").scores) == 120
+    before = cache.path.read_bytes()
+    cache.add({"D1": -1.0})  # append-only: what was there stays byte for byte
+    assert cache.path.read_bytes() == before + b'["D1", -1.0]\n'
 
 
 def test_a_failure_while_writing_outputs_leaves_the_previous_run_untouched(model_dir, tmp_path, monkeypatch):
