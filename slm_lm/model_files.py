@@ -5,6 +5,7 @@ text that is not UTF-8, and a pickle that ``torch.load(weights_only=True)`` refu
 """
 import json
 import pickle
+import re
 import zipfile
 from pathlib import Path
 
@@ -15,9 +16,9 @@ from slm_lm.errors import InputError
 KIND_KEY = "slm_lm.kind"  # the LM kind, stored with the weights (safetensors metadata / model.pt entry)
 
 
-def _first_line(error: BaseException) -> str:
+def _first_sentence(error: BaseException) -> str:
     text = str(error).strip().splitlines()
-    return text[0][:200] if text else type(error).__name__
+    return text[0].split(". ")[0][:200] if text else type(error).__name__
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -52,10 +53,12 @@ def load_torch(path) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        raise InputError(f"{path}: refused to unpickle objects other than tensors (torch.load weights_only); "
-                         f"re-save it with torch.save(model.state_dict()) ({_first_line(e)})") from None
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        what = f" ({found.group(1)})" if found else ""
+        raise InputError(f"{path}: refused to unpickle objects other than tensors{what} (torch.load weights_only); "
+                         "re-save it with torch.save(model.state_dict())") from None
     except (EOFError, RuntimeError, OSError, zipfile.BadZipFile, ValueError) as e:
-        raise InputError(f"{path}: not a readable torch weights file, truncated or garbled ({_first_line(e)})") from None
+        raise InputError(f"{path}: not a readable torch weights file, truncated or garbled ({_first_sentence(e)})") from None
     if not isinstance(state, dict):
         raise InputError(f"{path}: expected a state dict, got {type(state).__name__}")
     return state
@@ -70,4 +73,4 @@ def load_safetensors(path) -> tuple[dict, dict]:
         with safe_open(str(path), framework="pt") as f:
             return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
     except (SafetensorError, OSError, RuntimeError, ValueError) as e:
-        raise InputError(f"{path}: not a readable safetensors file, truncated or garbled ({_first_line(e)})") from None
+        raise InputError(f"{path}: not a readable safetensors file, truncated or garbled ({_first_sentence(e)})") from None
