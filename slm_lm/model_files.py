@@ -21,21 +21,22 @@ def _first_sentence(error: BaseException) -> str:
     return text[0].split(". ")[0][:200] if text else type(error).__name__
 
 
-def _read_bytes(path: Path) -> bytes:
+def _check_readable(path) -> None:
+    """InputError unless `path` is a readable, non-empty file."""
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as handle:
+            empty = not handle.read(1)
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
-    if not data:
+    if empty:
         raise InputError(f"{path}: empty file")
-    return data
 
 
 def read_json(path) -> dict:
     """A JSON object from a UTF-8 file (a byte-order mark is accepted)."""
-    data = _read_bytes(path)
+    _check_readable(path)
     try:
-        text = data.decode("utf-8-sig")
+        text = Path(path).read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: not UTF-8 (byte {e.start}: {e.reason})") from None
     try:
@@ -49,7 +50,7 @@ def read_json(path) -> dict:
 
 def load_torch(path) -> dict:
     """A state dict saved with ``torch.save``, loaded with ``weights_only=True`` (tensors, no code)."""
-    _read_bytes(path)
+    _check_readable(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
@@ -58,7 +59,8 @@ def load_torch(path) -> dict:
         raise InputError(f"{path}: refused to unpickle objects other than tensors{what} (torch.load weights_only); "
                          "re-save it with torch.save(model.state_dict())") from None
     except (EOFError, RuntimeError, OSError, zipfile.BadZipFile, ValueError) as e:
-        raise InputError(f"{path}: not a readable torch weights file, truncated or garbled ({_first_sentence(e)})") from None
+        reason = _first_sentence(e)
+        raise InputError(f"{path}: not a readable torch weights file, truncated or garbled ({reason})") from None
     if not isinstance(state, dict):
         raise InputError(f"{path}: expected a state dict, got {type(state).__name__}")
     return state
@@ -68,9 +70,10 @@ def load_safetensors(path) -> tuple[dict, dict]:
     """(tensors, metadata) of a safetensors file."""
     from safetensors import SafetensorError, safe_open
 
-    _read_bytes(path)
+    _check_readable(path)
     try:
         with safe_open(str(path), framework="pt") as f:
             return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
     except (SafetensorError, OSError, RuntimeError, ValueError) as e:
-        raise InputError(f"{path}: not a readable safetensors file, truncated or garbled ({_first_sentence(e)})") from None
+        reason = _first_sentence(e)
+        raise InputError(f"{path}: not a readable safetensors file, truncated or garbled ({reason})") from None

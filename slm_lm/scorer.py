@@ -57,7 +57,8 @@ class Scorer:
     def name(self) -> str:
         """Identifies everything that changes a score (weights, tokenizer, dtype, options): the cache key."""
         if self._name is None:
-            options = f"{self.normalize}{self.unknown}{self.truncate}dtype={self.dtype}tok={tokenizer_digest(self.tokenizer)}"
+            options = f"{self.normalize}{self.unknown}{self.truncate}dtype={self.dtype}"
+            options += f"tok={tokenizer_digest(self.tokenizer)}"
             if isinstance(self.model, MaskedLM):
                 options += f"k={self.model.k},seed={self.model.seed}"
             self._name = f"{self.model.config.kind}-{fingerprint(self.model, options)}"
