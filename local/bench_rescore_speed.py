@@ -15,14 +15,13 @@ import argparse
 import json
 import platform
 import random
-import sys
 import time
 from pathlib import Path
 
 import torch
 
 from slm_lm import build_lm
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
 from slm_lm.nbest import load_nbest
 from slm_lm.fileio import write_atomic
 from slm_lm.scorer import Scorer, load_scorer
@@ -84,7 +83,7 @@ def main(argv=None) -> None:
         nb = load_nbest(args.nbest_dir, nbest=args.nbest)
         scorers = build_scorers(args)
     except InputError as err:
-        sys.exit(f"bench_rescore_speed: error: {err}")
+        fail("bench_rescore_speed", err)
     unique = sorted({h.text for hyps in nb.hyps.values() for h in hyps})
     timed = unique
     if 0 < args.sample < len(unique):

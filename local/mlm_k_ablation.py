@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from plot_position_ce import exact_length, parse_models, read_sentences  # noqa: E402
 
-from slm_lm.errors import InputError  # noqa: E402
+from slm_lm.errors import InputError, fail  # noqa: E402
 from slm_lm.nbest import load_nbest  # noqa: E402
 from slm_lm.fileio import write_atomic  # noqa: E402
 from slm_lm.rescore import parse_am_weights, parse_range, rescore  # noqa: E402
@@ -137,7 +137,7 @@ def main(argv=None):
             rows.append({"label": label, "passes": passes, "name": scorer.name,
                          "pppl": pseudo_perplexity(scorer, sentences), "wer": wer})
     except InputError as e:
-        sys.exit(f"mlm_k_ablation: error: {e}")
+        fail("mlm_k_ablation", e)
     names = [s.name for s in dev_sets]
     write_atomic(out / "mlm_k_ablation.json", json.dumps(
         {"held_out": {"text": args.text, "length": args.length, "sentences": len(sentences)}, "rows": rows}, indent=1))

@@ -11,12 +11,11 @@ Position i is the i-th piece; position N+1 is the end of sentence (models that s
 OUT/position_ce.tsv (mean cross-entropy in nats per position and model) and OUT/position_ce.png.
 """
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
 from slm_lm.nbest import read_trn
 from slm_lm.fileio import atomic_open, write_atomic
 
@@ -112,7 +111,7 @@ def main(argv=None):
             raise InputError(f"{args.text}: no sentence has exactly {args.length} pieces under every model")
         curves = {label: position_ce(scorer, sentences, args.length) for label, scorer in scorers}
     except InputError as e:
-        sys.exit(f"plot_position_ce: error: {e}")
+        fail("plot_position_ce", e)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     lines = ["position\t" + "\t".join(curves)]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from slm_lm.errors import InputError
 from slm_lm.fileio import write_atomic
-from slm_lm.rescore import lm_scores
+from slm_lm.rescore import LocatedScorer, lm_scores
 
 PHENOMENA = ("Ana. agr", "Arg. str", "Binding", "Ctrl. rais.", "D-n agr", "Ellipsis", "Filler gap",
              "Irregular", "Island", "NPI", "Quantifiers", "S-v agr")
@@ -65,7 +65,7 @@ def read_paradigm(path, limit: int | None = None) -> list:
     path = Path(path)
     pairs, seen = [], {}
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: cannot read: {e}") from None
     for number, line in enumerate(lines, 1):
@@ -130,7 +130,7 @@ def evaluate(scorer, data: dict, cache_dir=None, progress: bool = True) -> dict:
         for p in pairs:
             where.setdefault(p.good, p.where)
             where.setdefault(p.bad, p.where)
-    scores = lm_scores(_Located(scorer, where), list(where), cache_dir=cache_dir, chunk_size=4000, progress=progress)
+    scores = lm_scores(LocatedScorer(scorer, where), list(where), cache_dir=cache_dir, chunk_size=4000, progress=progress)
     paradigms = []
     for name, pairs in data.items():
         correct, ties = 0, []
@@ -150,22 +150,6 @@ def evaluate(scorer, data: dict, cache_dir=None, progress: bool = True) -> dict:
             "ties": ties,
         })
     return summarize(paradigms, scorer.name)
-
-
-class _Located:
-    """Passes calls to `scorer`; an InputError about one sentence is re-raised naming its file:line."""
-
-    def __init__(self, scorer, where: dict):
-        self.scorer, self.where, self.name = scorer, where, scorer.name
-
-    def score(self, sentences, progress=False):
-        try:
-            return self.scorer.score(sentences)
-        except InputError as e:
-            if e.index is None:
-                raise
-            message = str(e).removeprefix(f"sentence {e.index}: ")
-            raise InputError(f"{self.where[sentences[e.index]]}: {message}") from None
 
 
 def summarize(paradigms: list, model: str) -> dict:

@@ -23,7 +23,7 @@ def _check_text(path: Path, lines_to_check: int) -> None:
     """The file must be non-empty and its first lines normalised sentences (slm-prepare-lm-text output)."""
     number = 0
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8-sig") as handle:
             for number, line in enumerate(handle, 1):
                 if number > lines_to_check:
                     break

@@ -1,4 +1,5 @@
-"""Errors raised for bad user input."""
+"""Errors raised for bad user input, and how the command-line tools report them."""
+import sys
 
 
 class InputError(ValueError):
@@ -10,3 +11,18 @@ class InputError(ValueError):
     def __init__(self, message: str, index: int | None = None):
         super().__init__(message)
         self.index = index
+
+
+class CommandError(SystemExit):
+    """Exit status 2 (like argparse's usage errors); ``str()`` is the one-line message."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.code = 2
+
+
+def fail(prog: str, message) -> None:
+    """Print ``prog: error: message`` on stderr (one line, no traceback) and exit with status 2."""
+    line = f"{prog}: error: {message}"
+    print(line, file=sys.stderr)
+    raise CommandError(line)

@@ -1,6 +1,7 @@
-"""Atomic file output: write a temporary file beside the target, then rename it into place, so that a
+"""Atomic output: write a temporary file (or directory) beside the target, then rename it into place, so that a
 crash never leaves a half-written file."""
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,3 +31,21 @@ def write_atomic(path, data) -> None:
     """Write `data` (str as UTF-8, or bytes) to `path` atomically."""
     with atomic_open(path, "wb") as handle:
         handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def replace_dir(staging, target, stale=()) -> None:
+    """Move the finished directory `staging` into place as `target`, so that readers see the previous
+    outputs or the new ones, never a mix. Entries of an existing `target` not named in `stale` (the
+    previous run's outputs) and not written anew are carried over into the new directory."""
+    staging, target = Path(staging), Path(target)
+    os.chmod(staging, 0o777 & ~_UMASK)  # mkdtemp creates 0700
+    if not target.exists():
+        os.rename(staging, target)
+        return
+    for entry in target.iterdir():
+        if entry.name not in stale and not (staging / entry.name).exists():
+            os.rename(entry, staging / entry.name)
+    old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old"))
+    os.rename(target, old / target.name)
+    os.rename(staging, target)
+    shutil.rmtree(old)

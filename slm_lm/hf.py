@@ -21,6 +21,7 @@ import torch
 from tqdm import tqdm
 
 from slm_lm.errors import InputError
+from slm_lm.model_files import read_json
 
 CASES = ("as-is", "lower", "sentence")
 CASE_FILE = "slm_hf_tokenizer.json"
@@ -86,7 +87,7 @@ class HFTokenizer:
         directory = _model_dir(directory)
         saved = directory / CASE_FILE
         if case is None:
-            case = json.loads(saved.read_text())["case"] if saved.exists() else "as-is"
+            case = read_json(saved).get("case", "as-is") if saved.exists() else "as-is"
         try:
             hf_tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
         except (OSError, ValueError) as e:
@@ -155,9 +156,10 @@ class HFScorer:
     def name(self) -> str:
         """Identifies the weights and scoring options (cache key)."""
         if self._name is None:
-            from slm_lm.scorer import fingerprint
+            from slm_lm.scorer import fingerprint, tokenizer_digest
 
-            self._name = f"{self.kind}-{fingerprint(self.model, f'{self.tokenizer.case}{self.unknown}{self.truncate}')}"
+            options = f"{self.unknown}{self.truncate}dtype={self.dtype}tok={tokenizer_digest(self.tokenizer)}"
+            self._name = f"{self.kind}-{fingerprint(self.model, options)}"
         return self._name
 
     def encode(self, sentences: list) -> list:
@@ -285,8 +287,12 @@ def load_hf_scorer(kind: str, path, case: str = "as-is", **options):
     """A scorer for the Hugging Face model saved in directory `path` (no download).
 
     kind: "hf-causal" (AutoModelForCausalLM) or "hf-masked" (AutoModelForMaskedLM, PLL).
-    options: device, dtype, max_tokens, truncate, unknown (as for `slm_lm.scorer.Scorer`).
+    options: device, dtype, max_tokens, truncate, unknown (as for `slm_lm.scorer.Scorer`); `normalize=False`
+    is accepted (these scorers score the text as given, re-cased by `case`).
     """
+    if options.pop("normalize", False):
+        raise InputError(f"{kind}:{path}: Hugging Face scorers do not normalise text (use case=... instead)")
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
     if kind not in SCORERS:
@@ -296,6 +302,7 @@ def load_hf_scorer(kind: str, path, case: str = "as-is", **options):
     auto = AutoModelForCausalLM if kind == "hf-causal" else AutoModelForMaskedLM
     try:
         model = auto.from_pretrained(directory, local_files_only=True)
-    except (OSError, ValueError) as e:
-        raise InputError(f"{directory}: cannot load a {kind} model: {e}") from None
+    except (OSError, ValueError, RuntimeError, EOFError, SafetensorError) as e:
+        reason = " ".join(str(e).split())[:300]
+        raise InputError(f"{directory}: cannot load a {kind} model (missing, truncated or garbled file?): {reason}") from None
     return SCORERS[kind](model, tokenizer, **options)

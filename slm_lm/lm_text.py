@@ -127,7 +127,7 @@ def read_text_lines(path: Path) -> Iterator[tuple[int, str]]:
         with handle:
             for number, raw in enumerate(handle, 1):
                 try:
-                    line = raw.decode("utf-8")
+                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
                 except UnicodeDecodeError as e:
                     raise InputError(f"{path}:{number}: not UTF-8 text ({e.reason} at byte {e.start})") from None
                 yield number, line.rstrip("\r\n")
@@ -409,6 +409,18 @@ def _input_files(inputs: list[Path]) -> list[Path]:
     return sorted(files, key=str)
 
 
+def _check_outputs_outside_inputs(inputs: list[Path], outputs: list[Path]) -> None:
+    """Outputs may neither be an input (book or exclusion) file nor lie inside an input directory (a second
+    run would read its own train.txt/valid.txt back as books, leaking validation text into training)."""
+    for item in inputs:
+        item = Path(item).resolve()
+        for output in outputs:
+            resolved = Path(output).resolve()
+            if resolved == item or item in resolved.parents:
+                where = "an input file" if resolved == item else f"inside the input directory {item}"
+                raise InputError(f"{output} is {where}: write the outputs outside the books and --exclude inputs")
+
+
 def _code_digest() -> str:
     sources = [Path(__file__), Path(__file__).with_name("text_norm.py")]
     return hashlib.sha1(b"".join(p.read_bytes() for p in sources)).hexdigest()
@@ -432,6 +444,7 @@ def prepare_lm_text(inputs: list[Path], out: Path, exclude: list[Path] = (), con
     contaminated_tsv = out.with_name(out.stem + ".contaminated.tsv")
     if len({out.resolve(), valid_out.resolve(), report.resolve(), contaminated_tsv.resolve()}) < 4:
         raise InputError(f"output, validation and report paths must differ: {out}, {valid_out}, {report}")
+    _check_outputs_outside_inputs([*inputs, *exclude], [out, valid_out, report, contaminated_tsv])
     files = _input_files(inputs)
     exclusion = load_exclusion(list(exclude), config.ngram)
     fingerprint = {"config": asdict(config), "normalized": normalized, "exclusion": exclusion.digest,

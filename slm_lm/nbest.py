@@ -91,7 +91,7 @@ def _require_file(path: Path, what: str) -> None:
 def _read_lines(path: Path) -> list[tuple[int, str]]:
     """(line number, line without newline) for the non-blank lines of a UTF-8 file."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as err:
         raise InputError(f"{path}: not UTF-8 ({err})") from None
     return [(i, line.rstrip("\r")) for i, line in enumerate(text.split("\n"), 1) if line.strip()]
@@ -329,7 +329,10 @@ def read_mlm_json(path: str | Path, nbest: int | None = None):
     """
     path = Path(path)
     _require_file(path, "N-best JSON file")
-    raw = path.read_text(encoding="utf-8")
+    try:
+        raw = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 ({err})") from None
     try:
         data = json.loads(raw, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as err:
@@ -477,3 +480,20 @@ def load_nbest(
         hyps=hyps,
         refs={k: refs[k][0] for k in hyps},
     )
+
+
+def normalize_nbest(nbest: NbestSet, normalize) -> tuple[NbestSet, list[str]]:
+    """A copy with every hypothesis and reference passed through ``normalize`` (str -> str), so that
+    WER and the LM see the same text; also the places (``where``) of non-empty hypotheses that
+    normalise to nothing."""
+    emptied = []
+    hyps = {}
+    for uttid, hyp_list in nbest.hyps.items():
+        hyps[uttid] = []
+        for h in hyp_list:
+            text = normalize(h.text)
+            if h.text.strip() and not text:
+                emptied.append(h.where)
+            hyps[uttid].append(Hypothesis(h.rank, text, h.score, h.scores, h.where))
+    refs = {uttid: normalize(text) for uttid, text in nbest.refs.items()}
+    return NbestSet(nbest.name, nbest.source, hyps, refs), emptied

@@ -24,6 +24,7 @@ from tqdm import tqdm
 from slm_lm.config import LMConfig
 from slm_lm.errors import InputError
 from slm_lm.fileio import atomic_open, write_atomic
+from slm_lm.model_files import KIND_KEY
 from slm_lm.models import model_from_config
 from slm_lm.tokenizer import Tokenizer
 
@@ -137,7 +138,7 @@ def export(model, tokenizer: Tokenizer, directory, card: dict) -> None:
     state = {k: v.detach().to("cpu", torch.float16).contiguous() for k, v in model.state_dict().items()
              if k != "head.embedding.weight"}
     tmp = directory / ".model.safetensors.tmp"
-    save_file(state, str(tmp))
+    save_file(state, str(tmp), metadata={KIND_KEY: model.config.kind})
     os.replace(tmp, directory / "model.safetensors")
     tokenizer.save(directory)
     write_atomic(directory / "config.json", json.dumps({"model": model.config.to_dict(), "scorer": {"normalize": True}}, indent=2))

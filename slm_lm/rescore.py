@@ -16,11 +16,15 @@ rank. WER is computed with jiwer on whitespace-separated words.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import itertools
 import json
 import math
+import os
 import re
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -29,7 +33,7 @@ import numpy as np
 from tqdm import tqdm
 
 from slm_lm.errors import InputError
-from slm_lm.fileio import atomic_open, write_atomic
+from slm_lm.fileio import atomic_open, replace_dir, write_atomic
 from slm_lm.nbest import Hypothesis, NbestSet
 
 
@@ -149,12 +153,17 @@ def length_penalty(kind: str, alpha: float, n_words) -> np.ndarray:
 
 
 class LMScoreCache:
-    """Sentence scores of one model, kept in ``<dir>/<model>-<hash>.json`` keyed by exact text."""
+    """Sentence scores of one model in ``<dir>/<model>-<hash>.jsonl``, keyed by exact text.
+
+    The first line is ``{"model": name}``, then one ``[text, score]`` line per sentence. New scores are
+    appended in one write under an exclusive lock, so concurrent runs can share a cache and a chunk costs
+    O(its entries); a partial last line (a run killed mid-write) is ignored.
+    """
 
     def __init__(self, cache_dir: str | Path, model_name: str):
         slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model_name)[:40]
         digest = hashlib.sha1(model_name.encode("utf-8")).hexdigest()[:16]
-        self.path = Path(cache_dir) / f"{slug}-{digest}.json"
+        self.path = Path(cache_dir) / f"{slug}-{digest}.jsonl"
         self.model_name = model_name
         self.scores: dict[str, float] = self._load()
 
@@ -162,20 +171,64 @@ class LMScoreCache:
         if not self.path.is_file():
             return {}
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise InputError(f"{self.path}:{err.lineno}: corrupt LM score cache ({err.msg})") from None
-        if not isinstance(data, dict) or not isinstance(data.get("scores"), dict):
-            raise InputError(f"{self.path}: not an LM score cache ({{'model': ..., 'scores': {{...}}}})")
-        if data.get("model") != self.model_name:
-            raise InputError(f"{self.path}: cache belongs to {data.get('model')!r}, not {self.model_name!r}")
-        return {str(k): float(v) for k, v in data["scores"].items()}
+            lines = self.path.read_bytes().decode("utf-8").split("\n")[:-1]  # the last one is partial or ""
+        except UnicodeDecodeError as err:
+            raise InputError(f"{self.path}: corrupt LM score cache (not UTF-8: {err.reason})") from None
+        scores: dict[str, float] = {}
+        for lineno, line in enumerate(lines, 1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(f"{self.path}:{lineno}: corrupt LM score cache ({err.msg}); delete the file") from None
+            if lineno == 1:
+                if not isinstance(row, dict) or "model" not in row:
+                    raise InputError(f"{self.path}:1: not an LM score cache (want a {{'model': ...}} header line)")
+                if row["model"] != self.model_name:
+                    raise InputError(f"{self.path}: cache belongs to {row['model']!r}, not {self.model_name!r}")
+                continue
+            value = row[1] if isinstance(row, list) and len(row) == 2 and isinstance(row[0], str) else None
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+                raise InputError(f"{self.path}:{lineno}: corrupt LM score cache: want [text, finite score], got "
+                                 f"{line[:80]!r}; delete the file to rescore")
+            scores[row[0]] = float(value)
+        return scores
 
-    def save(self) -> None:
-        """Merge with what is on disk (another run may have added scores) and write atomically."""
-        merged = {**self._load(), **self.scores}
-        self.scores = merged
-        write_atomic(self.path, json.dumps({"model": self.model_name, "scores": merged}, ensure_ascii=False))
+    def add(self, scores: dict[str, float]) -> None:
+        """Record new scores: appended to the file in one write under an exclusive lock."""
+        self.scores.update(scores)
+        data = "".join(json.dumps([t, v], ensure_ascii=False) + "\n" for t, v in scores.items()).encode("utf-8")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "ab+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            size = handle.seek(0, os.SEEK_END)
+            if size:
+                handle.seek(size - 1)
+                if handle.read(1) != b"\n":  # a run killed mid-write left a partial line: drop it
+                    handle.seek(0)
+                    handle.truncate(handle.read().rfind(b"\n") + 1)
+            if handle.seek(0, os.SEEK_END) == 0:
+                data = json.dumps({"model": self.model_name}, ensure_ascii=False).encode("utf-8") + b"\n" + data
+            handle.write(data)
+            handle.flush()
+
+
+class LocatedScorer:
+    """Passes calls to ``scorer``; an InputError about one sentence is re-raised naming where it comes from.
+
+    ``where`` maps each text to a description of its first occurrence (file:line, set/utterance/rank).
+    """
+
+    def __init__(self, scorer, where: dict[str, str]):
+        self.scorer, self.where, self.name = scorer, where, scorer.name
+
+    def score(self, sentences, progress=False):
+        try:
+            return self.scorer.score(sentences)
+        except InputError as e:
+            if e.index is None:
+                raise
+            message = str(e).removeprefix(f"sentence {e.index}: ")
+            raise InputError(f"{self.where[sentences[e.index]]}: {message}") from None
 
 
 def lm_scores(
@@ -202,8 +255,7 @@ def lm_scores(
                 raise RuntimeError(f"LM {scorer.name} gave score {value} for {text!r}")
             known[text] = value
         if cache:
-            cache.scores.update({t: known[t] for t in chunk})
-            cache.save()
+            cache.add({t: known[t] for t in chunk})
         bar.update(len(chunk))
     bar.close()
     return {t: known[t] for t in unique}
@@ -618,17 +670,28 @@ def rescore(
     ``scorers``: models (``.name``, ``.score``) or :class:`ScoreColumn`. ``length_norm``: one kind per
     LM (default none); normalised LMs tune their alpha on ``alpha_grid`` (default 0:1:0.1). ``search``
     and ``max_grid_points``: see :func:`tune`.
-    Writes ``<out>/<set>/1best_recog/``, ``RESULTS.md``, ``dev_wer_vs_lambda.png``, ``tuning.json``.
+    Writes ``<out>/<set>/1best_recog/``, ``RESULTS.md``, ``dev_wer_vs_lambda.png``, ``tuning.json``: into
+    a temporary directory first, which then replaces ``out_dir`` (see :func:`slm_lm.fileio.replace_dir`).
+    ``out_dir`` must not overlap any input.
     """
     names = [s.name for s in dev + test]
     if len(set(names)) != len(names):
         raise InputError(f"set names must be unique, got {names}")
+    for name in names:
+        if not _SAFE_NAME.fullmatch(name):
+            raise InputError(f"set name {name!r} is not a safe directory name (letters, digits, '.', '_', '-')")
+    check_no_overlap(out_dir, [s.source for s in dev + test])
     lambda_grid = lambda_grid if lambda_grid is not None else parse_range("0:5:0.1")
     beta_grid = beta_grid if beta_grid is not None else [0.0]
     out_dir = Path(out_dir)
-    texts = [h.text for s in dev + test for hyps in s.hyps.values() for h in hyps]
-    tables = [sc if isinstance(sc, ScoreColumn) else lm_scores(sc, texts, cache_dir, progress=progress)
-              for sc in scorers]
+    where = {}
+    for s in dev + test:
+        for uttid, hyps in s.hyps.items():
+            for h in hyps:
+                where.setdefault(h.text, f"set {s.name}, utterance {uttid}, rank {h.rank} ({h.where})")
+    texts = list(where)
+    tables = [sc if isinstance(sc, ScoreColumn) else
+              lm_scores(LocatedScorer(sc, where), texts, cache_dir, progress=progress) for sc in scorers]
     lm_names = [sc.name for sc in scorers]
     kinds, alpha_grids = _length_norm_grids(length_norm, len(scorers), alpha_grid)
     dev_m = [build_scored_set(s, tables, am_weights, kinds) for s in dev]
@@ -636,6 +699,45 @@ def rescore(
     result = tune(dev_m, [lambda_grid] * len(scorers), beta_grid, alpha_grids, search, max_grid_points)
     reports = [evaluate(s, result.best, "dev") for s in dev_m]
     reports += [evaluate(s, result.best, "test") for s in test_m]
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
+    try:
+        _write_outputs(staging, dev_m, test_m, result, reports, lm_names, am_weights, settings, kinds=kinds,
+                       lambda_grid=lambda_grid, beta_grid=beta_grid, alpha_grid=alpha_grid, alpha_grids=alpha_grids)
+        replace_dir(staging, out_dir, stale=_previous_outputs(out_dir) | set(names))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return result, reports
+
+
+OUTPUT_FILES = ("RESULTS.md", "dev_wer_vs_lambda.png", "tuning.json")
+_SAFE_NAME = re.compile(r"(?!\.\.?$)[A-Za-z0-9._-]+")
+
+
+def check_no_overlap(out_dir: str | Path, inputs: list[str]) -> None:
+    """InputError unless ``out_dir`` is outside every input path and contains none of them."""
+    out = Path(out_dir).resolve()
+    for source in inputs:
+        path = Path(source).resolve()
+        if out == path or path in out.parents or out in path.parents:
+            raise InputError(f"--out {out_dir} overlaps the input {source}: outputs must never replace or sit "
+                             "inside an input, or contain one; choose another output directory")
+
+
+def _previous_outputs(out_dir: Path) -> set[str]:
+    """Names of the outputs of an earlier run in ``out_dir`` (replaced as a whole by this run)."""
+    names = set(OUTPUT_FILES)
+    try:
+        names |= {s["name"] for s in json.loads((out_dir / "tuning.json").read_text(encoding="utf-8"))["sets"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return names
+
+
+def _write_outputs(out_dir, dev_m, test_m, result, reports, lm_names, am_weights, settings, *, kinds,
+                   lambda_grid, beta_grid, alpha_grid, alpha_grids) -> None:
+    """Write the 1-best lists, RESULTS.md, the dev WER plot and tuning.json into ``out_dir``."""
     for s in dev_m + test_m:
         write_1best(s, result.best, lm_names, out_dir / s.name)
     settings = {
@@ -645,7 +747,7 @@ def rescore(
         "beta grid": _describe_grid(beta_grid),
         **({"alpha grid": _describe_grid(alpha_grid or DEFAULT_ALPHA_GRID)} if alpha_grids else {}),
         "search": _describe_search(result.search),
-        "tuned on": "+".join(s.name for s in dev) + f" (pooled dev WER {result.dev_wer:.2f})",
+        "tuned on": "+".join(s.name for s in dev_m) + f" (pooled dev WER {result.dev_wer:.2f})",
     }
     write_atomic(out_dir / "RESULTS.md", results_markdown(reports, result.best, lm_names, settings, kinds))
     plot_dev_wer(out_dir / "dev_wer_vs_lambda.png", [s.with_alphas(result.best.alphas) for s in dev_m], result,
@@ -663,4 +765,3 @@ def rescore(
         ],
     }
     write_atomic(out_dir / "tuning.json", json.dumps(record, indent=1))
-    return result, reports

@@ -10,6 +10,7 @@ from slm_lm import pretrained
 from slm_lm.config import LMConfig
 from slm_lm.errors import InputError
 from slm_lm.fileio import atomic_open, write_atomic
+from slm_lm.model_files import KIND_KEY, load_safetensors, load_torch, read_json
 from slm_lm.models import LanguageModel, MaskedLM, model_from_config
 from slm_lm.text_norm import normalize_librispeech
 from slm_lm.tokenizer import Tokenizer
@@ -55,9 +56,10 @@ class Scorer:
 
     @property
     def name(self) -> str:
-        """Identifies model weights and scoring options, e.g. for caching scores on disk."""
+        """Identifies everything that changes a score (weights, tokenizer, dtype, options): the cache key."""
         if self._name is None:
-            options = f"{self.normalize}{self.unknown}{self.truncate}"
+            options = f"{self.normalize}{self.unknown}{self.truncate}dtype={self.dtype}"
+            options += f"tok={tokenizer_digest(self.tokenizer)}"
             if isinstance(self.model, MaskedLM):
                 options += f"k={self.model.k},seed={self.model.seed}"
             self._name = f"{self.model.config.kind}-{fingerprint(self.model, options)}"
@@ -140,7 +142,7 @@ class Scorer:
         if getattr(self.tokenizer, "kind", None) == "hf":
             config["tokenizer"] = "hf"
         with atomic_open(directory / WEIGHTS_FILE, "wb") as f:
-            torch.save(self.model.state_dict(), f)
+            torch.save({**self.model.state_dict(), KIND_KEY: self.model.config.kind}, f)
         self.tokenizer.save(directory)
         write_atomic(directory / CONFIG_FILE, json.dumps(config, indent=2))
 
@@ -175,30 +177,53 @@ class Scorer:
 
     @staticmethod
     def _load_saved(directory: Path):
-        """(model, tokenizer, saved scorer options) of a save_pretrained directory."""
+        """(model, tokenizer, saved scorer options) of a save_pretrained directory.
+
+        Every problem (missing, empty, truncated or garbled file, unknown config key, weights of another
+        shape or kind than config.json declares, tokenizer of another vocabulary) raises InputError.
+        """
         weights = directory / SAFETENSORS_FILE
         if not weights.exists():
             weights = directory / WEIGHTS_FILE
-        for path in (directory / CONFIG_FILE, weights):
+        config_path = directory / CONFIG_FILE
+        for path in (config_path, weights):
             if not path.exists():
                 raise InputError(f"{directory}: missing {path.name} (not a save_pretrained directory)")
-        config = json.loads((directory / CONFIG_FILE).read_text())
-        model = model_from_config(LMConfig.from_dict(config["model"]))
+        config = read_json(config_path)
+        if not isinstance(config.get("model"), dict):
+            raise InputError(f"{config_path}: no 'model' section (not a save_pretrained config)")
+        try:
+            model = model_from_config(LMConfig.from_dict(config["model"]))
+        except (TypeError, ValueError) as e:
+            raise InputError(f"{config_path}: bad model config: {e}") from None
         if weights.name == SAFETENSORS_FILE:
-            from safetensors.torch import load_file
-
-            state = {k: v.float() for k, v in load_file(str(weights)).items()}
+            state, metadata = load_safetensors(weights)
+            state = {k: v.float() for k, v in state.items()}
             # Shipped weights store the tied head projection once, as the token embedding.
-            state.setdefault("head.embedding.weight", state.get("embed.tokens.weight"))
+            if "embed.tokens.weight" in state:
+                state.setdefault("head.embedding.weight", state["embed.tokens.weight"])
+            saved_kind = metadata.get(KIND_KEY)
         else:
-            state = torch.load(weights, map_location="cpu", weights_only=True)
-        model.load_state_dict(state)
+            state = load_torch(weights)
+            saved_kind = state.pop(KIND_KEY, None)
+        kind = model.config.kind
+        if saved_kind is not None and saved_kind != kind:
+            raise InputError(f"{config_path}: declares kind {kind!r} but {weights.name} holds a {saved_kind!r} model")
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as e:
+            reason = " ".join(str(e).split())[:300]
+            raise InputError(f"{weights}: weights do not match {config_path.name} (kind {kind!r}, vocab_size "
+                             f"{model.config.vocab_size}): {reason}") from None
         if config.get("tokenizer") == "hf":
             from slm_lm.hf import HFTokenizer
 
             tokenizer = HFTokenizer.from_dir(directory)
         else:
             tokenizer = Tokenizer.from_dir(directory)
+        if tokenizer.vocab_size != model.config.vocab_size:
+            raise InputError(f"{directory}: the tokenizer has {tokenizer.vocab_size} tokens but {CONFIG_FILE} "
+                             f"declares vocab_size {model.config.vocab_size}; the files do not belong together")
         return model, tokenizer, config.get("scorer", {})
 
 
@@ -209,6 +234,18 @@ def fingerprint(model: torch.nn.Module, options: str) -> str:
         digest.update(key.encode())
         digest.update(tensor.detach().float().cpu().numpy().tobytes())
     digest.update(options.encode())
+    return digest.hexdigest()[:16]
+
+
+def tokenizer_digest(tokenizer) -> str:
+    """16 hex digits identifying a tokenizer (sentencepiece model + token list, or a Hugging Face vocabulary)."""
+    digest = hashlib.sha1()
+    if hasattr(tokenizer, "hf"):
+        digest.update(json.dumps(sorted(tokenizer.hf.get_vocab().items())).encode())
+        digest.update(tokenizer.case.encode())
+    else:
+        digest.update(tokenizer._model_bytes)
+        digest.update("\n".join(tokenizer.token_list).encode())
     return digest.hexdigest()[:16]
 
 

@@ -42,7 +42,7 @@ def check_token_list(tokens: list, source: str = "token list") -> list:
 def read_token_list(path) -> list:
     """Read and check an ESPnet token list file (one token per line)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: cannot read the token list: {e}") from None
     return check_token_list(text.splitlines(), str(path))

@@ -329,8 +329,8 @@ def test_cli_reports_input_error_in_one_line(data, tmp_path):
     args[args.index("--token_list") + 1] = str(tmp_path / "missing_tokens.txt")
     with pytest.raises(SystemExit) as info:
         main(args)
-    assert str(info.value.code).startswith("slm-lm-train: error: "), info.value.code
-    assert "missing_tokens.txt" in str(info.value.code)
+    assert info.value.code == 2 and str(info.value).startswith("slm-lm-train: error: "), info.value
+    assert "missing_tokens.txt" in str(info.value)
 
 
 def test_export_errors(data, tmp_path):

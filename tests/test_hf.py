@@ -200,6 +200,22 @@ def test_bad_input_is_reported_with_its_index(dirs, tmp_path):
         load_hf_scorer("hf-masked", dirs["gpt2"])
 
 
+def test_truncated_safetensors_is_reported_in_one_line(dirs, tmp_path, capsys):
+    import shutil
+
+    from slm_lm.bin import score as score_cli
+
+    broken = shutil.copytree(dirs["gpt2"], tmp_path / "gpt2")
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    (tmp_path / "in.txt").write_text("the cat\n")
+    with pytest.raises(SystemExit) as e:
+        score_cli.main(["--model", f"hf-causal:{broken}", "--input", str(tmp_path / "in.txt")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.splitlines()) == 1
+    assert f"{broken}: cannot load a hf-causal model (missing, truncated or garbled file?)" in err
+
+
 def test_tokenizer_adapter_round_trip(dirs, tmp_path):
     tokenizer = HFTokenizer.from_dir(dirs["roberta"], case="lower")
     assert (tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id) == (0, 2, 1)

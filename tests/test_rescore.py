@@ -213,7 +213,7 @@ def test_lm_scores_each_unique_text_once_and_cache(tmp_path):
     assert lm_scores(again, texts, tmp_path / "cache", progress=False) == first and again.calls == []
     other = FakeLM("Q")  # another model has its own cache file
     lm_scores(other, texts, tmp_path / "cache", progress=False)
-    assert len(other.calls) == 4 and len(list((tmp_path / "cache").glob("*.json"))) == 2
+    assert len(other.calls) == 4 and len(list((tmp_path / "cache").glob("*.jsonl"))) == 2
 
 
 def test_interrupted_scoring_resumes(tmp_path):
@@ -226,10 +226,10 @@ def test_interrupted_scoring_resumes(tmp_path):
     scores = lm_scores(resumed, texts, tmp_path, chunk_size=3, progress=False)
     assert len(resumed.calls) == 7 and set(scores) == set(texts)
     cache_file = LMScoreCache(tmp_path, resumed.name).path
-    cache_file.write_text('{"model": "fake:Z", "scores": {')
-    with pytest.raises(InputError, match="corrupt LM score cache"):
+    cache_file.write_text('{"model": "fake:Z"}\n["A", -1.0\n["B", -2.0]\n')
+    with pytest.raises(InputError, match=r"\.jsonl:2: corrupt LM score cache"):
         LMScoreCache(tmp_path, resumed.name)
-    cache_file.write_text('{"model": "other", "scores": {}}')
+    cache_file.write_text('{"model": "other"}\n')
     with pytest.raises(InputError, match="cache belongs to 'other'"):
         LMScoreCache(tmp_path, resumed.name)
 
@@ -266,7 +266,7 @@ def write_tsv(path: Path, nbest: NbestSet):
 
 def test_cli(tmp_path, monkeypatch, capsys):
     fake_module = types.ModuleType("slm_lm.scorer")
-    fake_module.load_scorer = lambda spec: FakeLM(spec)
+    fake_module.load_scorer = lambda spec, **options: FakeLM(spec)
     monkeypatch.setitem(sys.modules, "slm_lm.scorer", fake_module)
     dev, dev_ref = write_tsv(tmp_path / "dev.tsv", known_lambda_set())
     test, test_ref = write_tsv(tmp_path / "test.tsv", random_set(4))
@@ -277,7 +277,7 @@ def test_cli(tmp_path, monkeypatch, capsys):
     assert "chosen lambda = 1.6, beta = 0" in printed
     assert "dev (dev): AM-only 20.00  file 1-best 20.00  rescored 0.00  oracle 0.00" in printed
     assert (out / "RESULTS.md").is_file() and (out / "test" / "1best_recog" / "text").is_file()
-    assert list((out / "lm_cache").glob("*.json"))
+    assert list((out / "lm_cache").glob("*.jsonl"))
     with pytest.raises(SystemExit, match="--lambda-range"):
         cli.main(["--dev", str(dev), "--dev-ref", str(dev_ref), "--lm", "Z", "--out", str(out),
                   "--lambda-range", "5:0:1"])

@@ -221,7 +221,7 @@ def test_cli_lm_option_repeats_and_reports_the_search(tmp_path, monkeypatch, cap
     import types
 
     fake_module = types.ModuleType("slm_lm.scorer")
-    fake_module.load_scorer = lambda spec: FakeLM(spec)
+    fake_module.load_scorer = lambda spec, **options: FakeLM(spec)
     monkeypatch.setitem(sys.modules, "slm_lm.scorer", fake_module)
     nb = make_set("dev", {u: (ref, [(t, s, {"lm": lm}) for t, s, lm in hyps]) for u, (ref, hyps) in {
         "a": ("CAT SAT", [("CAT ZAT", 0.0, -1.0), ("CAT SAT", -1.0, -1.0)]),
@@ -258,7 +258,7 @@ def test_combination_table_on_the_shared_slices(shared_slices, tmp_path, monkeyp
     import lm_combination_table
 
     fake_module = types.ModuleType("slm_lm.scorer")
-    fake_module.load_scorer = lambda spec: FakeLM(spec)
+    fake_module.load_scorer = lambda spec, **options: FakeLM(spec)
     monkeypatch.setitem(sys.modules, "slm_lm.scorer", fake_module)
     clean, other = shared_slices / "dev_clean", shared_slices / "dev_other"
     out = tmp_path / "table"

@@ -110,8 +110,10 @@ def test_cli_writes_tsv_and_reports_the_bad_line(tokenizer, tmp_path, capsys):
         score_cli.main(["--model", str(tmp_path / "model"), "--input", str(tmp_path / "bad.txt"), "--no-normalize"])
 
 
-def test_bfloat16_scores_are_close_to_float32(tokenizer):
-    full = make_scorer(tokenizer).score(SENTENCES)
-    half = make_scorer(tokenizer, dtype="bfloat16").score(SENTENCES)
-    assert all(math.isfinite(x) for x in half)
-    assert half == pytest.approx(full, rel=0.05, abs=0.5)
+@pytest.mark.parametrize("kind", ["slm", "clm", "mlm", "bilm"])
+def test_bfloat16_scores_are_close_to_float32(tokenizer, kind):
+    """Measured on these sentences (4 to 132 nats): at most 0.007 nats apart; bf16 really ran (not equal)."""
+    full = make_scorer(tokenizer, kind).score(SENTENCES)
+    half = make_scorer(tokenizer, kind, dtype="bfloat16").score(SENTENCES)
+    assert all(math.isfinite(x) for x in half) and half != full
+    assert half == pytest.approx(full, rel=0, abs=0.05)

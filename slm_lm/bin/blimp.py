@@ -5,10 +5,9 @@ OUT/blimp_paradigms.json (per paradigm, ties listed) and OUT/score_cache/ (sente
 interrupted run resumes from it). Ties count as errors.
 """
 import argparse
-import sys
 from pathlib import Path
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "blimp"
 
@@ -39,16 +38,16 @@ def main(argv=None):
     options = {k: v for k, v in dict(device=args.device, dtype=args.dtype, max_tokens=args.max_tokens,
                                      case=args.case).items() if v is not None}
     if "case" in options and not args.model.startswith("hf-"):
-        sys.exit("slm-blimp: error: --case applies to hf-causal:/hf-masked: models only")
+        fail("slm-blimp", "--case applies to hf-causal:/hf-masked: models only")
     if args.limit is not None and args.limit < 1:
-        sys.exit("slm-blimp: error: --limit must be >= 1")
+        fail("slm-blimp", "--limit must be >= 1")
     try:
         data = load_blimp(args.data, [p for p in args.paradigms.split(",") if p], args.limit)
         scorer = load_scorer(args.model, **options)
         results = evaluate(scorer, data, cache_dir=Path(args.out) / "score_cache", progress=not args.no_progress)
         write_results(results, args.out, args.label or args.model)
     except InputError as e:
-        sys.exit(f"slm-blimp: error: {e}")
+        fail("slm-blimp", e)
     ties = results["ties"]
     print(f"BLiMP overall accuracy {results['overall']:.2f}% over {results['pairs']} pairs in "
           f"{results['paradigms']} paradigms; {ties['count']} ties counted as errors "

@@ -9,13 +9,12 @@ BertForMaskedLM / RobertaForMaskedLM directory saved on disk. Outputs:
     the output bias are left out: ESPnet trains on its own sentencepiece token list).
 """
 import argparse
-import json
-import sys
 from pathlib import Path
 
 import torch
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
+from slm_lm.model_files import read_json
 
 ESPNET_PREFIX = "lm.backbone."
 VOCAB_TENSORS = ("embed.tokens.weight", "head.embedding.weight", "head.bias")  # tied pair + output bias
@@ -36,7 +35,7 @@ def parse_args(argv=None):
 def is_hf_dir(directory: Path) -> bool:
     """A Hugging Face model directory: config.json with a `model_type`."""
     config = directory / "config.json"
-    return config.exists() and "model_type" in json.loads(config.read_text())
+    return config.exists() and "model_type" in read_json(config)
 
 
 def save_espnet(scorer, out: Path, vocabulary: bool) -> list:
@@ -77,7 +76,7 @@ def main(argv=None):
             if left_out:
                 print(f"left out (vocabulary-dependent, trained from scratch): {', '.join(left_out)}")
     except InputError as e:
-        sys.exit(f"slm-init-slm: error: {e}")
+        fail("slm-init-slm", e)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,8 @@ Example:
         --train_shape_file dump/train/text_shape --valid_data_path_and_name_and_type dump/dev/text,text,text \
         --valid_shape_file dump/dev/text_shape --output_dir exp/lm_slm
 """
-import sys
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
 
 
 def get_parser():
@@ -25,7 +24,7 @@ def main(argv=None):
     try:
         SlmLMTask.main(cmd=argv)
     except InputError as e:
-        sys.exit(f"slm-lm-train: error: {e}")
+        fail("slm-lm-train", e)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,8 @@
 
 import argparse
 import json
-import sys
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
 from slm_lm.lm_text import PrepConfig, prepare_lm_text
 
 
@@ -39,7 +38,7 @@ def main(argv=None):
             config, normalized=args.normalized, valid_out=args.valid_out, report=args.report,
             keep_parts=args.keep_parts)
     except InputError as e:
-        sys.exit(f"error: {e}")
+        fail("slm-prepare-lm-text", e)
     totals, split = report["totals"], report["split"]
     print(json.dumps({
         "files": len(report["inputs"]), "words_in": totals.get("words_in", 0),

@@ -1,10 +1,9 @@
 """slm-pretrain: encode a corpus, or pre-train an LM kind for a wall-clock budget (see slm_lm.pretrain)."""
 import argparse
 import json
-import sys
 
 from slm_lm.config import KINDS, SIZES
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
 
 
 def main(argv=None):
@@ -55,7 +54,7 @@ def main(argv=None):
                         deadline_min=args.deadline, seed=args.seed, threads=args.threads)
         print(json.dumps(card))
     except (InputError, ValueError) as e:
-        sys.exit(f"error: {e}")
+        fail("slm-pretrain", e)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from slm_lm.errors import InputError
-from slm_lm.nbest import load_nbest
+from slm_lm.errors import InputError, fail
+from slm_lm.nbest import load_nbest, normalize_nbest
 from slm_lm.rescore import (
     LENGTH_NORMS,
     MAX_GRID_POINTS,
     SEARCHES,
+    check_no_overlap,
     parse_am_weights,
     parse_length_norm,
     parse_range,
@@ -79,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-grid-points", type=int, default=MAX_GRID_POINTS, help="see --search")
     p.add_argument("--cache", default=None, help="LM score cache dir (default: OUT/lm_cache)")
     p.add_argument("--device", default=None, help="device for the LMs (passed to load_scorer)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="LM compute dtype")
+    p.add_argument("--truncate", action="store_true", help="score only the first tokens of over-long hypotheses")
+    p.add_argument("--unknown", default="error", choices=["error", "unk"],
+                   help="characters the LM's tokenizer does not know: fail (default) or map to <unk>")
+    p.add_argument("--no-normalize", action="store_true",
+                   help="score and compute WER on the texts as they are (default: both on LibriSpeech-style "
+                   "normalised text, upper case words and apostrophes)")
     p.add_argument("--out", required=True, help="output dir: RESULTS.md, PNG, tuning.json, <set>/1best_recog")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     return p
@@ -91,7 +99,7 @@ def _load_sets(paths: list[str], refs: list[str], option: str, nbest: int | None
     return [load_nbest(p, None if r == "-" else r, nbest) for p, r in zip(paths, refs)]
 
 
-def load_lms(specs: list[str], device: str | None = None) -> list:
+def load_lms(specs: list[str], **scorer_options) -> list:
     """The LMs of the ``--lm`` specs: score columns, or models loaded with slm_lm.scorer.load_scorer."""
     lms = []
     for spec in specs:
@@ -99,9 +107,25 @@ def load_lms(specs: list[str], device: str | None = None) -> list:
         if column is None:
             from slm_lm.scorer import load_scorer  # torch only when a model is used
 
-            column = load_scorer(spec, **({"device": device} if device else {}))
+            column = load_scorer(spec, **scorer_options)
         lms.append(column)
     return lms
+
+
+def _normalized(sets: list) -> list:
+    """The sets with hypotheses and references normalised as the LM sees them; a hypothesis whose
+    text normalises to nothing (e.g. another script) would get the empty sentence's score: an error."""
+    from slm_lm.text_norm import normalize_librispeech
+
+    out = []
+    for nbest in sets:
+        nbest, emptied = normalize_nbest(nbest, normalize_librispeech)
+        if emptied:
+            raise InputError(f"{emptied[0]}: hypothesis normalises to nothing ({len(emptied)} of {nbest.n_hyps} in "
+                             f"set {nbest.name}); it would get the empty sentence's LM score. Check the text, or "
+                             "pass --no-normalize (with --unknown unk for characters the LM does not know)")
+        out.append(nbest)
+    return out
 
 
 def main(argv=None) -> None:
@@ -116,7 +140,15 @@ def main(argv=None) -> None:
         alpha_grid = parse_range(args.ln_alpha_range, "--ln-alpha-range")
         dev = _load_sets(_split(args.dev), _split(args.dev_ref), "--dev", args.nbest)
         test = _load_sets(_split(args.test), _split(args.test_ref), "--test", args.nbest)
-        scorers = load_lms(specs, args.device)
+        if not args.no_normalize:
+            dev, test = _normalized(dev), _normalized(test)
+        check_no_overlap(args.out, [s.source for s in dev + test])
+        kwargs = {"dtype": args.dtype, "truncate": args.truncate, "unknown": args.unknown}
+        if args.device:
+            kwargs["device"] = args.device
+        if args.no_normalize:
+            kwargs["normalize"] = False
+        scorers = load_lms(specs, **kwargs)
         settings = {"command": "slm-rescore " + " ".join(sys.argv[1:] if argv is None else argv)}
         if args.nbest:
             settings["N-best"] = args.nbest
@@ -137,7 +169,7 @@ def main(argv=None) -> None:
             max_grid_points=args.max_grid_points,
         )
     except InputError as err:
-        sys.exit(f"slm-rescore: error: {err}")
+        fail("slm-rescore", err)
     w = result.best
     alphas = f", alpha = {', '.join(f'{x:g}' for x in w.alphas)}" if w.alphas else ""
     print(f"chosen lambda = {', '.join(f'{x:g}' for x in w.lambdas)}, beta = {w.beta:g}{alphas}")

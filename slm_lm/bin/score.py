@@ -2,12 +2,15 @@
 
 The score is the natural-log probability of the sentence (its pieces and the end of sentence);
 n_tokens counts those scored tokens. With --tokens a fourth column lists `piece:logprob` pairs.
+The input is read and scored 10,000 lines at a time (memory stays bounded; rows keep the input order);
+a summary line goes to stderr at the end.
 """
 import argparse
 import sys
+import time
 from pathlib import Path
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
 from slm_lm.fileio import atomic_open
 
 
@@ -29,33 +32,70 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def read_lines(path: str) -> list:
-    if path == "-":
-        return sys.stdin.read().splitlines()
+CHUNK = 10_000  # sentences scored (and held in memory) at a time
+
+
+def read_chunks(path: str, size: int = CHUNK):
+    """Lists of up to `size` lines (no line ends, a UTF-8 byte-order mark dropped), in file order."""
     try:
-        return Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read input: {e}") from None
+        handle = sys.stdin if path == "-" else open(path, encoding="utf-8-sig", newline=None)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read input: {e.strerror or e}") from None
+    chunk, number = [], 0
+    try:
+        for number, line in enumerate(handle, 1):
+            line = line.rstrip("\r\n")
+            chunk.append(line.removeprefix("\ufeff") if number == 1 else line)
+            if len(chunk) == size:
+                yield chunk
+                chunk = []
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}:{number + 1}: not UTF-8 ({e.reason})") from None
+    finally:
+        if handle is not sys.stdin:
+            handle.close()
+    if chunk:
+        yield chunk
 
 
-def format_rows(lines, scorer, with_tokens: bool, progress: bool):
+def format_rows(lines, scorer, with_tokens: bool, progress: bool, first: int = 1):
+    """TSV rows of `lines`, numbered from `first`."""
     if with_tokens:
         per_token = scorer.token_scores(lines, progress=progress)
-        for number, pairs in enumerate(per_token, 1):
+        for number, pairs in enumerate(per_token, first):
             total = sum(lp for _, lp in pairs)
             tokens = " ".join(f"{piece}:{lp:.4f}" for piece, lp in pairs)
             yield f"{number}\t{total:.4f}\t{len(pairs)}\t{tokens}\n"
     else:
-        for number, row in enumerate(scorer.logprobs(lines, progress=progress), 1):
+        for number, row in enumerate(scorer.logprobs(lines, progress=progress), first):
             yield f"{number}\t{float(row.double().sum()):.4f}\t{len(row)}\n"
+
+
+def score_stream(args, scorer, out) -> tuple[int, int]:
+    """Score the input chunk by chunk, writing rows to `out`; returns (sentences, scored tokens)."""
+    sentences = tokens = 0
+    for chunk in read_chunks(args.input):
+        try:
+            for row in format_rows(chunk, scorer, args.tokens, progress=len(chunk) > 100, first=sentences + 1):
+                tokens += int(row.split("\t", 3)[2])
+                out.write(row)
+        except InputError as e:
+            if e.index is None:
+                raise
+            raise InputError(str(e).replace(f"sentence {e.index}:", f"sentence {sentences + e.index}:", 1),
+                             sentences + e.index) from None
+        sentences += len(chunk)
+    return sentences, tokens
 
 
 def main(argv=None):
     args = parse_args(argv)
     from slm_lm.scorer import load_scorer
 
+    started = time.time()
     try:
-        lines = read_lines(args.input)
+        if args.output != "-" and args.input != "-" and Path(args.output).resolve() == Path(args.input).resolve():
+            raise InputError(f"--output {args.output} is the input file: it would be replaced; choose another name")
         options = dict(device=args.device, dtype=args.dtype, max_tokens=args.max_tokens, truncate=args.truncate,
                        unknown=args.unknown)
         if args.no_normalize:
@@ -63,15 +103,16 @@ def main(argv=None):
         if args.case:
             options["case"] = args.case
         scorer = load_scorer(args.model, **options)
-        rows = list(format_rows(lines, scorer, args.tokens, progress=len(lines) > 100))
+        if args.output == "-":
+            counts = score_stream(args, scorer, sys.stdout)
+        else:
+            with atomic_open(args.output) as f:
+                counts = score_stream(args, scorer, f)
     except InputError as e:
         where = f"{args.input}:{e.index + 1}: " if e.index is not None else ""
-        sys.exit(f"slm-score: error: {where}{e}")
-    if args.output == "-":
-        sys.stdout.writelines(rows)
-        return
-    with atomic_open(args.output) as f:
-        f.writelines(rows)
+        fail("slm-score", f"{where}{e}")
+    print(f"slm-score: scored {counts[0]} sentences ({counts[1]} tokens) in {time.time() - started:.1f} s"
+          + ("" if args.output == "-" else f"; wrote {args.output}"), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,10 @@
 """slm-train-bpe: sentencepiece BPE on prepared LM text -> DIR/bpe.model + DIR/tokens.txt."""
 
 import argparse
-import sys
 import time
 
 from slm_lm.bpe import train_bpe
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
 
 
 def main(argv=None):
@@ -23,7 +22,7 @@ def main(argv=None):
         tokenizer = train_bpe(args.text, args.out, args.vocab_size, args.input_sentence_size, args.seed,
                               args.num_threads)
     except InputError as e:
-        sys.exit(f"error: {e}")
+        fail("slm-train-bpe", e)
     print(f"wrote {args.out}/bpe.model and {args.out}/tokens.txt: {tokenizer.vocab_size} tokens "
           f"(<mask> {tokenizer.mask_id}, <sos/eos> {tokenizer.eos_id}) in {time.time() - started:.0f} s")
 

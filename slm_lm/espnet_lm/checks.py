@@ -97,7 +97,7 @@ def _text_lines(path: str):
     with f:
         for number, raw in enumerate(f, 1):
             try:
-                yield raw.decode("utf-8").rstrip("\r\n")
+                yield raw.decode("utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n")
             except UnicodeDecodeError as e:
                 raise InputError(f"{path}:{number}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
 

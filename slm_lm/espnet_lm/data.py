@@ -19,9 +19,11 @@ def write_espnet_text(sentences, out_dir, bpemodel, prefix: str = "utt") -> int:
     """Write `out_dir/text` and `out_dir/text_shape` from a one-sentence-per-line file; returns lines.
 
     Utterance ids are `<prefix><line number, 9 digits>`. Empty lines or lines that are not UTF-8 raise
-    `InputError` naming the line; both files are written atomically.
+    `InputError` naming the line (a byte-order mark is dropped); both files are written atomically.
     """
     sentences, out_dir = Path(sentences), Path(out_dir)
+    if sentences.resolve() in {(out_dir / name).resolve() for name in ("text", "text_shape")}:
+        raise InputError(f"{sentences}: the input would be replaced by the output in {out_dir}; choose another dir")
     try:
         processor = spm.SentencePieceProcessor(model_file=str(bpemodel))
     except (OSError, RuntimeError) as e:
@@ -38,7 +40,7 @@ def write_espnet_text(sentences, out_dir, bpemodel, prefix: str = "utt") -> int:
             count = 0
             for number, raw in enumerate(tqdm(source, desc=f"{sentences.name} -> ESPnet text", unit=" lines"), 1):
                 try:
-                    line = " ".join(raw.decode("utf-8").split())
+                    line = " ".join(raw.decode("utf-8-sig" if number == 1 else "utf-8").split())
                 except UnicodeDecodeError as e:
                     raise InputError(f"{sentences}:{number}: not valid UTF-8 ({e.reason})") from None
                 if not line:

@@ -4,12 +4,12 @@ Reads only the YAML and the state dict, so it does not import ESPnet.
 """
 from pathlib import Path
 
-import torch
 import yaml
 
 from slm_lm.config import KINDS
 from slm_lm.errors import InputError
 from slm_lm.espnet_lm.checks import lm_config
+from slm_lm.model_files import load_torch
 from slm_lm.models import LanguageModel, model_from_config
 from slm_lm.tokenizer import Tokenizer
 
@@ -44,8 +44,8 @@ def load_espnet_experiment(exp_dir, checkpoint=None):
     exp_dir = Path(exp_dir)
     config_path = exp_dir / "config.yaml"
     try:
-        config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
+        config = yaml.safe_load(config_path.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise InputError(f"{config_path}: cannot read the ESPnet config: {e}") from None
     if not isinstance(config, dict):
         raise InputError(f"{config_path}: not an ESPnet config (expected a YAML mapping)")
@@ -67,10 +67,7 @@ def load_espnet_experiment(exp_dir, checkpoint=None):
 
 def load_weights(model: LanguageModel, path: Path) -> None:
     """Load ESPnet-saved model weights (`lm.backbone.*` keys) into `model`."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError) as e:
-        raise InputError(f"{path}: cannot load weights: {e}") from None
+    state = load_torch(path)
     backbone = {k[len(PREFIX):]: v for k, v in state.items() if k.startswith(PREFIX)}
     if len(backbone) != len(state):
         other = sorted(k for k in state if not k.startswith(PREFIX))[:3]
