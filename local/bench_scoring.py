@@ -1,6 +1,7 @@
-"""Scoring speed of slm / mlm (PLL) / clm / bilm at equal size: latency (batch 1) and throughput.
+"""Scoring speed of slm / mlm (PLL) / clm / bilm / tta at equal size: latency (batch 1) and throughput.
 
-Prints the paper-style latency table and the ratios MLM/SLM and SLM/CLM measured in this run.
+Prints the paper-style latency table and the ratios MLM/SLM and SLM/CLM measured in this run (and
+TTA/SLM, TTA/CLM when tta is among the kinds).
 Weights are random: speed does not depend on them. Example (the BENCHMARKS.md run):
 
     .venv/bin/python local/bench_scoring.py --sizes small,base --lengths 10,100,500 --threads 2
@@ -141,28 +142,31 @@ def report(results, args) -> str:
 
 
 def ratio_lines(get, args, kinds) -> list:
-    """MLM/SLM and SLM/CLM time per sentence, for every size, mode and length measured."""
+    """MLM/SLM and SLM/CLM (and TTA/SLM, TTA/CLM) time per sentence, for every size, mode and length measured."""
     lines = []
     if {"slm", "mlm", "clm"} <= set(kinds):
+        tta = "tta" in kinds
         lines += ["", "Ratios of time per sentence (targets: MLM/SLM >= 0.9*n/3; SLM/CLM <= 3.3)", "",
-                  "| size | mode | n | MLM/SLM | 0.9*n/3 | SLM/CLM |", "|---|---|---|---|---|---|"]
+                  "| size | mode | n | MLM/SLM | 0.9*n/3 | SLM/CLM |" + (" TTA/SLM | TTA/CLM |" if tta else ""),
+                  "|---|---|---|---|---|---|" + ("---|---|" if tta else "")]
         for size in args.sizes.split(","):
             for mode in args.modes:
                 for n in args.lengths:
                     def per_sentence(kind):
                         r = get[(size, kind, n, mode)]
                         return r["seconds"] / r["batch"]
-                    slm = per_sentence("slm")
-                    lines.append(
-                        f"| {size} | {mode} | {n} | {per_sentence('mlm') / slm:.1f} | {0.9 * n / 3:.1f} | "
-                        f"{slm / per_sentence('clm'):.2f} |"
-                    )
+                    slm, clm = per_sentence("slm"), per_sentence("clm")
+                    line = (f"| {size} | {mode} | {n} | {per_sentence('mlm') / slm:.1f} | {0.9 * n / 3:.1f} | "
+                            f"{slm / clm:.2f} |")
+                    if tta:
+                        line += f" {per_sentence('tta') / slm:.2f} | {per_sentence('tta') / clm:.2f} |"
+                    lines.append(line)
     return lines
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kinds", default="slm,mlm,clm,bilm")
+    p.add_argument("--kinds", default="slm,mlm,clm,bilm,tta")
     p.add_argument("--sizes", default="small,base")
     p.add_argument("--lengths", default="10,100,500", type=lambda s: [int(x) for x in s.split(",")])
     p.add_argument("--device", default="cpu")

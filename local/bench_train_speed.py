@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Training speed of slm vs clm vs mlm vs bilm at equal size: tokens/s of forward + backward + AdamW step.
+"""Training speed of slm vs clm vs mlm vs bilm vs tta at equal size: tokens/s of forward + backward + AdamW step.
 
 Every kind trains on the same random batches (`<sos/eos> x <sos/eos>` rows of `--length` tokens,
 `--tokens` tokens per batch). Kinds are measured round-robin, one step each per round, so changes in

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Equal-budget comparison of slm / clm / mlm / bilm (issue: "reproduce the paper's analyses"), one command:
+# Equal-budget comparison of slm / clm / mlm / bilm / tta (issue: "reproduce the paper's analyses"), one command:
 #   bash local/compare_lms.sh [OUT_DIR]          (default exp/compare; finished steps are skipped)
 # 1. decontaminated LM text from the shared books (dev transcripts excluded) and BPE;
 # 2. a training subset (every TRAIN_EVERY-th sentence) in ESPnet's format;
-# 3. the four kinds trained with the same budget (conf/compare/train_lm_cpu.yaml, local/train_compare_cpu.sh);
+# 3. the five kinds trained with the same budget (conf/compare/train_lm_cpu.yaml, local/train_compare_cpu.sh);
 # 4. each model (local/eval_lm.sh): BLiMP, dev N-best rescoring in both directions (tune on one dev set,
 #    report the other), held-out cross-entropy (pseudo for MLM); 5. the table: OUT_DIR/comparison.md.
 # Scale knobs (environment; the defaults reproduce the table in RESULTS.md):
@@ -25,6 +25,7 @@ valid_lines=${VALID_LINES:-1000}
 nbest_every=${NBEST_EVERY:-10}
 blimp_limit=${BLIMP_LIMIT:-100}
 py=$root/.venv/bin/python
+kinds="slm clm mlm bilm tta"  # the rows of the table, in local/compare_table.py's order
 nbest=$shared/data/librispeech_nbest
 export SHARED=$shared
 text=$out/lm_text
@@ -44,7 +45,7 @@ if [ ! -f "$out/data/valid/text_shape" ]; then
   $py -m slm_lm.espnet_lm.data "$out/data/valid_sub.txt" "$out/data/valid" --bpemodel "$text/bpe/bpe.model" --prefix valid
 fi
 untrained=""
-for kind in slm clm mlm bilm; do [ -e "$out/models/$kind/valid.loss.ave.pth" ] || untrained+=" $kind"; done
+for kind in $kinds; do [ -e "$out/models/$kind/valid.loss.ave.pth" ] || untrained+=" $kind"; done
 [ -z "$untrained" ] || bash local/train_compare_cpu.sh "$out/data" "$text/bpe" "$out/models" "$untrained"
 
 # MLM pseudo-log-likelihood costs n passes per sentence: the default table (CPU session) evaluates every model
@@ -59,7 +60,7 @@ if [ "$nbest_every" != 1 ]; then
   done
 fi
 [ "$blimp_limit" = all ] && blimp_limit=""
-for kind in slm clm mlm bilm; do
+for kind in $kinds; do
   NBEST=$eval_nbest BLIMP_LIMIT=$blimp_limit bash local/eval_lm.sh "$out/models/$kind" "$out/data/valid_sub.txt" \
     "$out/eval/$kind" "$kind (CPU budget)"
 done

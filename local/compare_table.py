@@ -7,7 +7,7 @@ import math
 import sys
 from pathlib import Path
 
-KINDS = ("slm", "clm", "mlm", "bilm")
+KINDS = ("slm", "clm", "mlm", "bilm", "tta")
 
 
 def heldout(path: Path):

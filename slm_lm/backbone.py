@@ -64,6 +64,11 @@ class TransformerLayer(nn.Module):
         w, b = self.qkv.weight[: self.d_model], self.qkv.bias[: self.d_model]
         return self._heads(F.linear(x, w, b))
 
+    def project_key_value(self, x: torch.Tensor):
+        """Keys and values only (T-TA: its keys and values come from the input embeddings)."""
+        w, b = self.qkv.weight[self.d_model :], self.qkv.bias[self.d_model :]
+        return [self._heads(part) for part in F.linear(x, w, b).split(self.d_model, dim=-1)]
+
     def attend(self, q, k, v, mask=None, is_causal=False) -> torch.Tensor:
         """Scaled dot-product attention, heads merged back: [B, T, d_model]."""
         p = self.dropout_p if self.training else 0.0
@@ -129,6 +134,16 @@ def sliding_masks(lengths: torch.Tensor, length: int):
     content = torch.cat([forward, backward])[:, None]
     query = torch.cat([before & valid, after & valid], dim=-1)[:, None]
     return content, query
+
+
+def self_blind_mask(lengths: torch.Tensor, length: int) -> torch.Tensor:
+    """[B, 1, T, T] T-TA attention mask: query i may attend key j iff j is a real position and j != i.
+
+    No row is empty: every sentence has at least two real positions (<s> and </s>).
+    """
+    valid = valid_mask(lengths, length)[:, None, None, :]
+    eye = torch.eye(length, dtype=torch.bool, device=lengths.device)
+    return valid & ~eye
 
 
 def check_batch(tokens: torch.Tensor, lengths: torch.Tensor, max_positions: int) -> None:

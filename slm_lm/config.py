@@ -1,7 +1,7 @@
 """Model configuration: one dataclass shared by every LM kind, plus the named sizes."""
 from dataclasses import asdict, dataclass, fields
 
-KINDS = ("slm", "clm", "mlm", "bilm")
+KINDS = ("slm", "clm", "mlm", "bilm", "tta")
 
 SIZES = {
     "tiny": dict(n_layers=2, d_model=64, n_heads=4, d_ff=128),

@@ -1,4 +1,5 @@
-"""The four LM kinds on one backbone: sliding (SLM), causal (CLM), masked (MLM) and ELMo-style Bi-LM.
+"""The five LM kinds on one backbone: sliding (SLM), causal (CLM), masked (MLM), ELMo-style Bi-LM and
+T-TA (Transformer-based text autoencoder).
 
 Every model takes `tokens` [B, T] = `<s> x_1 .. x_n </s>` + padding and `lengths` [B] = n + 2, and
 scores the same positions: 1 .. length-1 (every real token and the end of sentence). Position 0 and
@@ -16,6 +17,7 @@ from slm_lm.backbone import (
     TransformerLayer,
     check_batch,
     init_weights,
+    self_blind_mask,
     sliding_masks,
     valid_mask,
 )
@@ -216,11 +218,38 @@ class BiLM(LanguageModel):
         return gather_logprobs(self.head(joined), tokens[mask])
 
 
-MODELS = {"slm": SlidingLM, "clm": CausalLM, "mlm": MaskedLM, "bilm": BiLM}
+class TextAutoencoderLM(LanguageModel):
+    """T-TA (Shin et al., ACL 2020): log P(x_i | x_<i, x_>i) for every i in one pass, one stream.
+
+    Every layer's queries come from the previous layer's output, but its keys and values are always the
+    input embeddings (token + position, after the embedding LayerNorm), projected by that layer's
+    weights. Query i may attend every real position except i itself (diagonal and padding masked), so
+    no state at position i ever holds x_i. Unlike the SLM, there is no content stream to update:
+    each layer costs one SDPA call over T keys.
+
+    First-layer query input: the paper gives the queries position information only (no token), and
+    the authors' code (github.com/joongbo/tta, modeling.py) builds it as the embedding of a constant
+    [MASK] id plus the position embedding, through the embedding LayerNorm. We do the same: the
+    `<mask>` embedding + position (`Embeddings.query_stream`, the SLM's query input), so a T-TA has
+    exactly the parameters of an SLM or MLM of the same size.
+    """
+
+    def _scored_logprobs(self, tokens, lengths, mask):
+        b, t = tokens.shape
+        inputs = self.embed(tokens)
+        q = self.embed.query_stream(self.config.mask_id, b, t, tokens.device)
+        blind = self_blind_mask(lengths, t)
+        for layer in self.layers:
+            keys, values = layer.project_key_value(inputs)
+            q = layer.finish(q, layer.attend(layer.project_query(q), keys, values, mask=blind))
+        return gather_logprobs(self.head(q[mask]), tokens[mask])
+
+
+MODELS = {"slm": SlidingLM, "clm": CausalLM, "mlm": MaskedLM, "bilm": BiLM, "tta": TextAutoencoderLM}
 
 
 def build_lm(kind: str, vocab_size: int, size: str = "small", **overrides) -> LanguageModel:
-    """An LM of `kind` (slm, clm, mlm, bilm) and named `size` (tiny, mini, small, base), BERT-initialised."""
+    """An LM of `kind` (slm, clm, mlm, bilm, tta) and named `size` (tiny, mini, small, base), BERT-initialised."""
     return model_from_config(LMConfig.from_size(kind, vocab_size, size, **overrides))
 
 

@@ -112,12 +112,12 @@ def test_kinds_registered_in_espnet_lm_choices():
     from slm_lm.espnet_lm.lm import SlmLMForESPnet
 
     for parser in (get_parser(), LMTask.get_parser()):
-        for kind in ("slm", "clm", "mlm", "bilm"):
+        for kind in ("slm", "clm", "mlm", "bilm", "tta"):
             args = parser.parse_args(["--lm", kind, "--token_list", "x", "--output_dir", "y"])
             assert args.lm == kind
     from espnet2.tasks.lm import lm_choices
 
-    assert all(issubclass(lm_choices.get_class(k), SlmLMForESPnet) for k in ("slm", "clm", "mlm", "bilm"))
+    assert all(issubclass(lm_choices.get_class(k), SlmLMForESPnet) for k in ("slm", "clm", "mlm", "bilm", "tta"))
 
 
 def test_shipped_configs_parse_and_hold_paper_hyper_parameters(tmp_path):
@@ -130,7 +130,7 @@ def test_shipped_configs_parse_and_hold_paper_hyper_parameters(tmp_path):
 
     conf = REPO / "egs" / "librispeech_slm" / "conf"
     paths = sorted(conf.glob("train_lm_*_mini.yaml")) + sorted((conf / "tuning").glob("train_lm_*.yaml"))
-    assert len(paths) == 12, paths
+    assert len(paths) == 15, paths  # 5 kinds x (mini, small, base)
     parser = get_parser()
     for path in paths:
         args = parser.parse_args(["--config", str(path), "--token_list", "t", "--output_dir", str(tmp_path)])
@@ -196,7 +196,7 @@ def test_slm_validation_loss_drops_and_loads_into_scorer(data, tmp_path):
         torch.testing.assert_close(value, state[f"lm.backbone.{name}"])
 
 
-@pytest.mark.parametrize("kind", ["clm", "mlm", "bilm"])
+@pytest.mark.parametrize("kind", ["clm", "mlm", "bilm", "tta"])
 def test_baseline_kinds_train_and_load(data, tmp_path, kind):
     """Each baseline's objective trains through ESPnet (1 epoch, 120 updates): valid loss at least 0.3
     below log V (an untrained model's loss), and the experiment loads for scoring."""

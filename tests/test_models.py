@@ -1,4 +1,4 @@
-"""Model contract: no leakage, causal CLM, SLM against a slow reference, padding invariance, PLL."""
+"""Model contract: no leakage, causal CLM, SLM and T-TA against slow references, padding invariance, PLL."""
 import math
 
 import pytest
@@ -30,7 +30,7 @@ def batch(*sentences):
 SENTENCES = ([3, 4, 5, 6, 7, 8], [9, 2, 5])
 
 
-@pytest.mark.parametrize("kind", ["slm", "mlm", "bilm"])
+@pytest.mark.parametrize("kind", ["slm", "mlm", "bilm", "tta"])
 def test_bidirectional_kinds_do_not_see_the_scored_token(kind):
     """Substituting every symbol v at position i gives P(v | context) summing to 1: x_i is never seen.
 
@@ -119,7 +119,7 @@ def test_slm_matches_slow_reference():
         assert torch.allclose(fast, slow, atol=1e-5), (fast, slow)
 
 
-@pytest.mark.parametrize("kind", ["slm", "clm", "mlm", "bilm"])
+@pytest.mark.parametrize("kind", ["slm", "clm", "mlm", "bilm", "tta"])
 def test_alone_equals_inside_padded_batch(kind):
     torch.manual_seed(0)
     model = build_lm(kind, V, size="tiny", max_positions=32).eval()  # float32, dropout inactive in eval
@@ -132,6 +132,51 @@ def test_alone_equals_inside_padded_batch(kind):
     assert torch.allclose(alone, mixed[: alone_t.shape[1]], atol=1e-5)
     assert torch.all(mixed[alone_t.shape[1] :] == 0)
     assert alone[0] == 0 and torch.all(alone[1:] < 0)
+
+
+def slow_tta_reference(model, sentence):
+    """Position by position: the query of i attends the input embeddings of every j != i at every layer."""
+    tokens, _ = batch(sentence)
+    t = tokens.shape[1]
+    x = model.embed(tokens)
+    q0 = model.embed.query_stream(model.config.mask_id, 1, t, tokens.device)
+    out = []
+    for i in range(1, t):
+        others = torch.cat([x[:, :i], x[:, i + 1 :]], dim=1)  # the sentence without x_i
+        q = q0[:, i : i + 1]
+        for layer in model.layers:
+            _, k, v = layer.project(others)
+            qq = layer.project(q)[0]
+            allowed = torch.ones(1, t - 1, dtype=torch.bool)
+            q = layer.finish(q, naive_attention(qq, k, v, allowed).transpose(1, 2).flatten(2))
+        out.append(torch.log_softmax(model.head(q[0, 0]), -1)[tokens[0, i]])
+    return torch.stack(out)
+
+
+def test_tta_matches_slow_reference():
+    """The fused T-TA (one SDPA call per layer, diagonal and padding masked) equals attending, for each
+    position alone, the input embeddings of the rest of the sentence; inside a padded batch."""
+    model = make_model("tta")
+    tokens, lengths = batch(*SENTENCES)
+    with torch.no_grad():
+        fast = model.token_logprobs(tokens, lengths)
+        for row, sentence in enumerate(SENTENCES):
+            slow = slow_tta_reference(model, sentence)
+            assert torch.allclose(fast[row, 1 : int(lengths[row])], slow, atol=1e-10), (fast[row], slow)
+
+
+def test_tta_keys_and_values_are_the_inputs_at_every_layer():
+    """A change of x_j reaches the prediction at i != j through the keys of every layer, not only the
+    first: with layer 0's attention cut off from the tokens, x_j still moves the score at i."""
+    model = make_model("tta")
+    tokens, lengths = batch(SENTENCES[0])
+    changed = tokens.clone()
+    changed[0, 2] = 9
+    w = model.layers[0].qkv.weight
+    with torch.no_grad():
+        w[model.config.d_model :] = 0  # layer 0: zero keys and values, so its output ignores the tokens
+        base, new = model.token_logprobs(tokens, lengths), model.token_logprobs(changed, lengths)
+    assert abs(float(base[0, 4] - new[0, 4])) > 1e-6
 
 
 def test_mlm_pll_equals_explicit_single_mask_passes():
@@ -180,7 +225,7 @@ def test_mlm_chunks_copies_under_memory_budget():
     assert torch.allclose(expected, chunked, atol=1e-12)
 
 
-@pytest.mark.parametrize("kind", ["slm", "clm", "bilm"])
+@pytest.mark.parametrize("kind", ["slm", "clm", "bilm", "tta"])
 def test_loss_is_negative_sum_of_token_logprobs(kind):
     model = make_model(kind)
     tokens, lengths = batch(*SENTENCES)

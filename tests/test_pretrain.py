@@ -81,7 +81,7 @@ def test_cpu_budget_counts_only_the_training_process_time():
         Budget(1.0, "gpu")
 
 
-@pytest.mark.parametrize("kind", ["slm", "clm"])
+@pytest.mark.parametrize("kind", ["slm", "clm", "tta"])
 def test_training_lowers_validation_loss_and_exports_a_scoring_ready_fp16_model(data, tmp_path, kind):
     directory, tokenizer = data
     out = tmp_path / kind

@@ -36,7 +36,7 @@ SENTENCES = ["and god saw the light", "", "In the beginning, God created the hea
              "the deep", "AND THE SPIRIT OF GOD MOVED UPON THE FACE OF THE WATERS"]
 
 
-@pytest.mark.parametrize("kind", ["slm", "clm", "mlm", "bilm"])
+@pytest.mark.parametrize("kind", ["slm", "clm", "mlm", "bilm", "tta"])
 def test_scores_keep_input_order_and_do_not_depend_on_batching(tokenizer, kind):
     big = make_scorer(tokenizer, kind)
     small = make_scorer(tokenizer, kind, max_tokens=20)  # forces one sentence per batch

@@ -1,4 +1,4 @@
-"""slm-lm-train: ESPnet LM training (same CLI as `espnet2.bin.lm_train`) with `--lm slm|clm|mlm|bilm`.
+"""slm-lm-train: ESPnet LM training (same CLI as `espnet2.bin.lm_train`) with `--lm slm|clm|mlm|bilm|tta`.
 
 Example:
     slm-lm-train --config conf/train_lm_slm_mini.yaml --token_list tokens.txt --bpemodel bpe.model \

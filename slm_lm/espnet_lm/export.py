@@ -37,7 +37,7 @@ def resolve_bpemodel(bpemodel: str, exp_dir: Path) -> Path:
 
 
 def load_espnet_experiment(exp_dir, checkpoint=None):
-    """(model in eval mode, Tokenizer) from an ESPnet LM experiment trained with `--lm slm|clm|mlm|bilm`.
+    """(model in eval mode, Tokenizer) from an ESPnet LM experiment trained with `--lm slm|clm|mlm|bilm|tta`.
 
     `checkpoint` is a .pth file name in `exp_dir` (or a path); by default the first of `CHECKPOINTS`.
     """

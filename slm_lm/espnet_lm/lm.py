@@ -50,4 +50,11 @@ class BiLMForESPnet(SlmLMForESPnet):
     kind = "bilm"
 
 
-LM_CLASSES = {cls.kind: cls for cls in (SlidingLMForESPnet, CausalLMForESPnet, MaskedLMForESPnet, BiLMForESPnet)}
+class TextAutoencoderLMForESPnet(SlmLMForESPnet):
+    """T-TA (Transformer-based text autoencoder) on the same backbone."""
+
+    kind = "tta"
+
+
+LM_CLASSES = {cls.kind: cls for cls in (SlidingLMForESPnet, CausalLMForESPnet, MaskedLMForESPnet, BiLMForESPnet,
+                                        TextAutoencoderLMForESPnet)}

@@ -1,4 +1,4 @@
-"""`SlmLMTask`: ESPnet's `LMTask` with the slm_lm kinds registered as `--lm slm|clm|mlm|bilm`.
+"""`SlmLMTask`: ESPnet's `LMTask` with the slm_lm kinds registered as `--lm slm|clm|mlm|bilm|tta`.
 
 Everything else (token-count batching, optimiser and scheduler from the config, AMP, `--ngpu` and
 multi-node DDP through ESPnet's launcher, `--resume`, n-best checkpoint averaging) is ESPnet's own.
@@ -49,7 +49,7 @@ def check_options(args: argparse.Namespace) -> None:
 
 
 class SlmLMTask(LMTask):
-    """ESPnet LM task whose `--lm slm|clm|mlm|bilm` train the slm_lm models with their own objective."""
+    """ESPnet LM task whose `--lm slm|clm|mlm|bilm|tta` train the slm_lm models with their own objective."""
 
     @classmethod
     def build_model(cls, args: argparse.Namespace):
