@@ -29,7 +29,7 @@ def score_dir(decode, data):
     write_atomic(decode / "text", "".join(f"{u} {hyps[u]}".rstrip() + "\n" for u in sorted(hyps)))
     write_atomic(decode / "score_wer" / "ref.trn", trn(refs, spk))
     write_atomic(decode / "score_wer" / "hyp.trn", trn(hyps, spk))
-    write_atomic(decode / "score_wer" / "result.txt", "\n".join(table(f"WER, {decode}", [("Sum/Avg", c)])))
+    write_atomic(decode / "score_wer" / "result.txt", "\n".join(table(f"WER, {decode.name}", [("Sum/Avg", c)])))
     return c
 
 
