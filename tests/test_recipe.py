@@ -46,15 +46,33 @@ def micro(tmp_path_factory):
     return work, proc
 
 
+def decode_dir_of(work, tag="decode_asr_micro_asr_model_valid.acc.ave"):
+    """ESPnet's decode dir: exp/asr_<asr config>_raw_en_bpe<N>/<inference tag>."""
+    return work / "exp" / "asr_train_asr_mini_raw_en_bpe100" / tag
+
+
+RESCORE_SLM = "decode_asr_micro_asr_model_valid.acc.ave_rescore_lm_train_lm_slm_mini_en_bpe100"
+
+
 def test_micro_all_stages(micro):
     work, proc = micro
     for n in range(9):
-        assert (work / "exp" / ".done" / f"stage{n}").exists(), f"stage {n} did not finish"
-        if n != 5:
-            assert list((work / "exp" / "logs").glob(f"stage{n}_*.log")), f"stage {n} wrote no log"
-    # training logs ESPnet-style in the experiment directories
-    assert "epoch results" in next((work / "exp").glob("asr_*/train.log")).read_text()
-    assert (work / "exp" / "lm_slm" / "train.log").exists()
+        assert f"stage {n} done" in proc.stdout, f"stage {n} did not finish"
+    for n in (0, 1, 2, 3, 8):
+        assert list((work / "exp" / "logs").glob(f"stage{n}_*.log")), f"stage {n} wrote no log"
+    # ESPnet-style experiment names (config tags) and training logs in them
+    exp = work / "exp"
+    assert "epoch results" in (exp / "asr_train_asr_mini_raw_en_bpe100" / "train.log").read_text()
+    assert (exp / "lm_train_lm_slm_mini_en_bpe100" / "train.log").exists()
+    # every finished piece of work says what made it
+    for d in ("asr_train_asr_mini_raw_en_bpe100", "lm_train_lm_slm_mini_en_bpe100"):
+        assert (exp / d / ".done").read_text().startswith("python\n-m\n")
+    assert "conf/train_asr_mini.yaml md5=" in (exp / "asr_stats_raw_en_bpe100" / ".done").read_text()
+    # collect-stats ran as nj=2 key-file shards, aggregated
+    stats = exp / "asr_stats_raw_en_bpe100"
+    assert sorted(p.name for p in (stats / "logdir").glob("stats.*.log")) == ["stats.1.log", "stats.2.log"]
+    shapes = (stats / "train" / "speech_shape").read_text().splitlines()
+    assert len(shapes) == len((work / "data" / "train" / "wav.scp").read_text().splitlines())
     # Kaldi-style data dirs, sorted and consistent
     for s in ("train", "dev", "dev_clean", "dev_other", "test_clean", "test_other"):
         d = work / "data" / s
@@ -69,18 +87,31 @@ def test_micro_all_stages(micro):
     assert not texts("train") & held_out
     lm_text = set((work / "data" / "lm" / "train.txt").read_text().splitlines())
     assert len(lm_text) > 10000 and not lm_text & held_out
-    # N-best layout with per-scorer scores
-    decode = next((work / "exp").glob("asr_*/decode_*"))
+    # N-best layout with per-scorer scores, decoded in 2 shards; ESPnet's scoring files next to it
+    decode = decode_dir_of(work)
     for s in ("dev_clean", "test_other"):
         text1 = (decode / s / "1best_recog" / "text").read_text().splitlines()
-        assert len(text1) == len((work / "data" / s / "text").read_text().splitlines())
+        ref = (work / "data" / s / "text").read_text().splitlines()
+        assert len(text1) == len(ref)
         line = (decode / s / "1best_recog" / "scores").read_text().splitlines()[0]
         scores = json.loads(line.split(" ", 1)[1])
         assert {"decoder", "ctc", "length_bonus"} <= set(scores)
         assert (decode / s / "2best_recog" / "text").exists()
-    # rescoring and the results table
-    tuning = json.loads((work / "exp" / "rescore_slm" / "tuning.json").read_text())
+        assert sorted(p.name for p in (decode / s / "logdir").glob("keys.*")) == ["keys.1", "keys.2"]
+        assert (decode / s / "text").read_text().splitlines() == text1
+        hyp_trn = (decode / s / "score_wer" / "hyp.trn").read_text().splitlines()
+        uttid, words = text1[0].split(" ", 1) if " " in text1[0] else (text1[0], "")
+        assert hyp_trn[0] == f"{words}\t({uttid.split('-')[0]}-{uttid})"
+        assert len((decode / s / "score_wer" / "ref.trn").read_text().splitlines()) == len(ref)
+        assert "|Sum/Avg|" in (decode / s / "score_wer" / "result.txt").read_text()
+    # rescoring, in a decode dir named with the ASR model and LM tags, and the results table
+    rescored = decode.parent / RESCORE_SLM
+    tuning = json.loads((rescored / "tuning.json").read_text())
     assert 0 <= tuning["best"]["lambdas"][0] <= 5
+    for s in ("dev_clean", "test_other"):
+        assert (rescored / s / "text").read_text() == (rescored / s / "1best_recog" / "text").read_text()
+        assert "|Sum/Avg|" in (rescored / s / "score_wer" / "result.txt").read_text()
+    assert len(list((rescored / "logdir").glob("cache.*"))) == 2  # LM scoring in 2 shards
     results = (work / "RESULTS.md").read_text()
     assert "|dataset|" in results and "baseline (AM only)" in results and "oracle (10-best)" in results
     for s in ("dev_clean", "dev_other", "test_clean", "test_other"):
@@ -88,33 +119,162 @@ def test_micro_all_stages(micro):
     assert "RESULTS" in proc.stdout  # the table is printed at the end
 
 
-def test_micro_rerun_skips_finished_stages(micro):
-    work, _ = micro
-    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), timeout=120)
-    assert proc.stdout.count("already done") == 9
-
-
 def test_killed_decode_resumes(micro):
     """A decode killed mid-way resumes from its partial results and redoes nothing finished."""
     work, _ = micro
-    decode = next((work / "exp").glob("asr_*/decode_*"))
-    s = decode / "dev_clean"
+    s = decode_dir_of(work) / "dev_clean"
     before = (s / "3best_recog" / "scores").read_text()
-    # simulate a kill: final files gone, one worker's last record torn, one record missing
+    # simulate a kill: final files gone, one job's last record torn, one record missing
     partials = sorted((s / "logdir").glob("output.*/partial.jsonl"))
     lines = partials[0].read_text().splitlines()
     partials[0].write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
     for d in s.glob("*best_recog"):
         shutil.rmtree(d)
-    (work / "exp" / ".done" / "stage6").unlink()
+    (s / ".done").unlink()
     proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work),
-                      "--stage", "6", "--stop_stage", "6", timeout=300)
+                      "--stage", "6", "--stop_stage", "6", timeout=600)
     assert "stage 6 done" in proc.stdout
-    assert (s / "3best_recog" / "scores").read_text().splitlines()[0].split()[0] == \
-        before.splitlines()[0].split()[0]
-    assert len((s / "1best_recog" / "text").read_text().splitlines()) == len(before.splitlines())
-    log = next((work / "exp" / "logs").glob("stage6_*dev_clean.log")).read_text()
-    assert "incomplete record of an interrupted run" in log
+    assert (s / "3best_recog" / "scores").read_text() == before
+    assert "incomplete record of an interrupted run" in (s / "logdir" / "decode.1.log").read_text()
+
+
+def test_stages_rerun_and_reuse_by_what_they_make(micro):
+    """ESPnet semantics: every selected stage runs; identical finished work is reused, a new LM kind
+    is trained and rescored (the old recipe printed 'already done' and kept the old table)."""
+    work, _ = micro
+    asr_done = (work / "exp" / "asr_train_asr_mini_raw_en_bpe100" / ".done").stat().st_mtime_ns
+    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work),
+                      "--stage", "5", "--stop_stage", "8", "--lm_kinds", "slm clm", timeout=900)
+    for n in (5, 6, 7, 8):
+        assert f"stage {n} done" in proc.stdout
+    assert "already done" not in proc.stdout
+    assert "lm_train_lm_slm_mini_en_bpe100: reused" in proc.stdout
+    assert "lm_train_lm_clm_mini_en_bpe100: reused" not in proc.stdout
+    assert (work / "exp" / "lm_train_lm_clm_mini_en_bpe100" / ".done").exists()
+    assert (decode_dir_of(work).parent / RESCORE_SLM.replace("_slm_", "_clm_") / "tuning.json").exists()
+    assert "rescored, clm" in (work / "RESULTS.md").read_text()
+    # the whole default run again: everything reused, the ASR model untouched
+    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), timeout=600)
+    assert proc.stdout.count(": reused") >= 4 + 1 + 4 + 1
+    assert (work / "exp" / "asr_train_asr_mini_raw_en_bpe100" / ".done").stat().st_mtime_ns == asr_done
+
+
+# ---------------------------------------------------------------------------------------------
+# Cluster launchers: a fake `sbatch` on PATH records its arguments and runs the job script (each task
+# of an array with its SLURM_ARRAY_TASK_ID); it refuses GPU requests, as this machine has none.
+
+FAKE_SBATCH = """#!/usr/bin/env bash
+echo "$*" >> "${SBATCH_RECORD}"
+array=1-1; gres=; script=
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --array) array=$2; shift 2 ;;
+        --gres) gres=$2; shift 2 ;;
+        --wait|--parsable) shift ;;
+        --*) shift 2 ;;
+        *) script=$1; shift ;;
+    esac
+done
+[ -z "${gres}" ] || { echo "fake sbatch: no GPUs in this test cluster" >&2; exit 1; }
+rc=0
+for ((i = ${array%-*}; i <= ${array#*-}; i++)); do
+    SLURM_ARRAY_TASK_ID=$i SLURM_JOB_ID=42 bash "${script}" || rc=1
+done
+exit ${rc}
+"""
+
+
+@pytest.fixture()
+def fake_slurm(tmp_path):
+    """Environment with the fake sbatch first on PATH; returns (env, record file)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "sbatch").write_text(FAKE_SBATCH)
+    (bindir / "sbatch").chmod(0o755)
+    record = tmp_path / "sbatch.args"
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", SBATCH_RECORD=str(record),
+               cmd_backend="slurm", slurm_partition="gpu")
+    return env, record
+
+
+def test_launchers_split_job_arrays(tmp_path, fake_slurm):
+    """`${cmd} JOB=1:3 LOG cmd` runs 3 jobs with JOB replaced, on both backends; --gpu N reaches
+    Slurm as --gres=gpu:N."""
+    env, record = fake_slurm
+    for backend in ("local", "slurm"):
+        out = tmp_path / backend
+        subprocess.run(["bash", "-c", f'. ./cmd.sh && ${{decode_cmd}} JOB=1:3 {out}/log/x.JOB.log '
+                        f'sh -c "echo shard JOB > {out}/out.JOB"'], cwd=RECIPE,
+                       env=dict(env, cmd_backend=backend), check=True)
+        assert [(out / f"out.{j}").read_text() for j in (1, 2, 3)] == [f"shard {j}\n" for j in (1, 2, 3)]
+        assert "# ended (rc=0)" in (out / "log" / "x.2.log").read_text()
+    args = record.read_text().splitlines()
+    assert len(args) == 1 and "--array 1-3" in args[0] and "--partition gpu" in args[0]
+    assert "--cpus-per-task 2" in args[0] and "--gres" not in args[0]
+    # a failing task fails the whole array, naming its log
+    proc = subprocess.run(["bash", "-c", f'. ./cmd.sh && ${{cuda_cmd}} JOB=1:2 {tmp_path}/f/x.JOB.log '
+                           f'sh -c "[ JOB = 1 ]"'], cwd=RECIPE, env=dict(env, cmd_backend="local"),
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and "1 of 2 jobs failed" in proc.stderr
+    proc = subprocess.run(["bash", "-c", f'. ./cmd.sh && ${{cuda_cmd}} --gpu 2 JOB=1:4 {tmp_path}/g/x.JOB.log true'],
+                          cwd=RECIPE, env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "failed" in proc.stderr
+    last = record.read_text().splitlines()[-1]
+    assert "--gres gpu:2" in last and "--array 1-4" in last and "--cpus-per-task 8" in last
+
+
+def test_gpu_stages_request_gpus_through_the_launcher(micro, tmp_path, fake_slurm):
+    """With --cmd_backend slurm --ngpu 2, ASR and LM training ask for 2 GPUs, decoding and LM scoring
+    for 1 GPU per array task of nj shards (the fake cluster refuses GPUs: each run stops at that job)."""
+    env, record = fake_slurm
+    work = tmp_path / "work"
+    shutil.copytree(micro[0], work, symlinks=True)
+    for done in work.rglob(".done"):  # the copy's finished work, as if made there
+        done.write_text(done.read_text().replace(str(micro[0]), str(work)))
+    common = ["bash", "run.sh", "--mini", "true", "--micro", "true", "--workdir", str(work),
+              "--cmd_backend", "slurm", "--ngpu", "2", "--nj", "2"]
+    # from the last stage back, as a stopped training leaves no model for the stages after it
+    for stage, extra, wanted in ((7, ["--lambda_range", "0:1:0.5"], ["--gres gpu:1", "--array 1-2", "score_nbest"]),
+                                 (6, ["--inference_tag", "gpu"], ["--gres gpu:1", "--array 1-2", "decode_nbest"]),
+                                 (5, [], ["--gres gpu:2", "lm_train"]), (4, [], ["--gres gpu:2", "asr_train"])):
+        record.unlink(missing_ok=True)
+        proc = subprocess.run([*common, "--stage", str(stage), "--stop_stage", str(stage), *extra], cwd=RECIPE,
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode != 0, proc.stdout
+        last = record.read_text().splitlines()[-1]
+        script = last.split()[-1]
+        for w in wanted[:-1]:
+            assert w in last, (stage, last)
+        assert wanted[-1] in Path(script).read_text()
+
+
+def test_sharded_equals_unsharded(micro, tmp_path, fake_slurm):
+    """Decoding and LM scoring in 2 shards (the micro run) give byte-identical merged outputs to a
+    run in 1 shard (here through the Slurm launcher)."""
+    env, record = fake_slurm
+    work = micro[0]
+    tag = "decode_nj1"
+    proc = subprocess.run(["bash", "run.sh", "--mini", "true", "--micro", "true", "--workdir", str(work),
+                           "--cmd_backend", "slurm", "--nj", "1", "--stage", "6", "--stop_stage", "7",
+                           "--inference_tag", tag], cwd=RECIPE, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--array 1-1" in record.read_text()
+    two, one = decode_dir_of(work), decode_dir_of(work, tag)
+    for s in ("dev_clean", "dev_other", "test_clean", "test_other"):
+        files = sorted(p.relative_to(two / s) for p in (two / s).rglob("*")
+                       if p.is_file() and "logdir" not in p.parts and p.name != ".done")
+        assert len(files) >= 10 * 5 + 4
+        for f in files:
+            assert (one / s / f).read_bytes() == (two / s / f).read_bytes(), f"{s}/{f}"
+    r2, r1 = two.parent / RESCORE_SLM, one.parent / RESCORE_SLM.replace(two.name, tag)
+    assert (r1 / "tuning.json").read_bytes() == (r2 / "tuning.json").read_bytes()
+    for s in ("dev_clean", "test_other"):
+        assert (r1 / s / "1best_recog" / "text").read_bytes() == (r2 / s / "1best_recog" / "text").read_bytes()
+    def cache(d):
+        (f,) = (d / "lm_cache").glob("*.json")
+        return json.loads(f.read_text())
+    assert cache(r1) == cache(r2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,7 +285,7 @@ def test_stage_out_of_order_names_the_missing_stage(tmp_path):
     proc = run_recipe("--workdir", str(tmp_path), "--stage", "4", "--stop_stage", "4", check=False)
     assert proc.returncode != 0
     assert "run stage 2 first" in proc.stderr or "run stage 1 first" in proc.stderr
-    assert not (tmp_path / "exp" / ".done" / "stage4").exists()
+    assert not list((tmp_path / "exp").glob("asr_*"))
 
 
 def test_unknown_option_is_refused(tmp_path):
@@ -188,7 +348,6 @@ def test_download_from_local_mirror_with_resume(tmp_path):
     download_librispeech.main(["--dir", str(out), "--mirror", str(mirror), "--parts", "dev-clean",
                                "test-clean", "--lm-corpus"])
     for part in ("dev-clean", "test-clean"):
-        assert (out / "LibriSpeech" / part / ".complete").exists()
         assert len(list((out / "LibriSpeech" / part).glob("*/*/*.flac"))) == 4
     assert (out / "LibriSpeech" / "README.TXT").exists()
     assert (out / "librispeech-lm-norm.txt.gz").exists()
@@ -213,7 +372,7 @@ def test_download_rejects_bad_checksum(tmp_path):
     with pytest.raises(InputError, match="MD5 .* differs"):
         download_librispeech.main(["--dir", str(tmp_path / "d"), "--mirror", str(mirror),
                                    "--parts", "dev-clean"])
-    assert not (tmp_path / "d" / "LibriSpeech" / "dev-clean" / ".complete").exists()
+    assert not (tmp_path / "d" / "LibriSpeech" / "dev-clean").exists()
 
 
 def test_download_missing_part_in_mirror(tmp_path):
@@ -222,6 +381,102 @@ def test_download_missing_part_in_mirror(tmp_path):
     with pytest.raises(InputError, match="no checksum for test-other.tar.gz"):
         download_librispeech.main(["--dir", str(tmp_path / "d"), "--mirror", str(mirror),
                                    "--parts", "test-other"])
+
+
+def _fake_copy(root, parts):
+    """A user's own LibriSpeech copy: the layout, no marker files of ours."""
+    for part in parts:
+        chapter = root / "LibriSpeech" / part / "19" / "198"
+        chapter.mkdir(parents=True)
+        (chapter / "19-198.trans.txt").write_text("19-198-0000 HELLO\n19-198-0001 WORLD\n")
+        for i in range(2):
+            (chapter / f"19-198-000{i}.flac").write_bytes(_flac_bytes())
+    with gzip.open(root / "librispeech-lm-norm.txt.gz", "wt") as f:
+        f.write("A SENTENCE\n")
+
+
+def test_existing_copy_is_used_by_its_files_and_never_deleted(tmp_path):
+    copy = tmp_path / "corpus"
+    _fake_copy(copy, ["dev-clean", "test-clean"])
+    before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in copy.rglob("*")}
+    # a complete copy is used without any download: the mirror does not even exist
+    download_librispeech.main(["--dir", str(copy), "--mirror", str(tmp_path / "no_mirror"),
+                               "--parts", "dev-clean", "test-clean", "--lm-corpus"])
+    after = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in copy.rglob("*") if "archives" not in p.parts}
+    assert after == before
+    # an incomplete copy is an error naming the problem; nothing of it is deleted
+    (copy / "LibriSpeech" / "test-clean" / "19" / "198" / "19-198-0001.flac").unlink()
+    mirror = tmp_path / "mirror"
+    _make_mirror(mirror, ["test-clean"])
+    with pytest.raises(InputError, match=r"test-clean is there but incomplete .*19-198-0001.flac is missing"):
+        download_librispeech.main(["--dir", str(copy), "--mirror", str(mirror), "--parts", "test-clean"])
+    assert (copy / "LibriSpeech" / "test-clean" / "19" / "198" / "19-198-0000.flac").exists()
+    # a missing part next to the user's parts is downloaded; theirs stay as they are
+    download_librispeech.main(["--dir", str(copy), "--mirror", str(mirror), "--parts", "dev-clean"])
+    _make_mirror(tmp_path / "mirror2", ["dev-other"])
+    download_librispeech.main(["--dir", str(copy), "--mirror", str(tmp_path / "mirror2"), "--parts", "dev-other"])
+    assert len(list((copy / "LibriSpeech" / "dev-other").glob("*/*/*.flac"))) == 4
+    assert (copy / "LibriSpeech" / "dev-clean" / "19" / "198" / "19-198.trans.txt").stat().st_ino == \
+        before[copy / "LibriSpeech" / "dev-clean" / "19" / "198" / "19-198.trans.txt"][0]
+    (copy / "librispeech-lm-norm.txt.gz").write_bytes(b"not gzip")
+    with pytest.raises(InputError, match="not a readable gzip"):
+        download_librispeech.main(["--dir", str(copy), "--mirror", str(mirror), "--parts", "dev-clean",
+                                   "--lm-corpus"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The full-scale ASR config and ESPnet's speed perturbation
+
+LIBRISPEECH_TRAIN_HOURS = 100.6 + 363.6 + 496.7  # train-clean-100, -360, -other-500 (OpenSLR 12)
+
+
+def test_full_asr_config_updates():
+    """conf/train_asr.yaml: the paper's shape, and ESPnet's LibriSpeech numbers give tens of
+    thousands of updates with the warm-up finished (the old config: 198 a epoch, 6.9k in all)."""
+    import re
+
+    import yaml
+    path = RECIPE / "conf" / "train_asr.yaml"
+    conf = yaml.safe_load(path.read_text())
+    enc, dec = conf["encoder_conf"], conf["decoder_conf"]
+    assert (conf["encoder"], enc["num_blocks"], enc["output_size"], enc["attention_heads"]) == ("conformer", 12, 512, 8)
+    assert (conf["decoder"], dec["num_blocks"]) == ("transformer", 6)
+    assert conf["specaug"] == "specaug" and conf["model_conf"]["ctc_weight"] == 0.3
+    run_sh = (RECIPE / "run.sh").read_text()
+    assert '[ "${speed_perturb_factors}" = default ] && speed_perturb_factors="0.9 1.0 1.1"' in run_sh
+    assert conf["batch_type"] == "numel"
+    seconds_per_update = conf["batch_bins"] / 16000 * conf["accum_grad"]
+    updates_per_epoch = round(LIBRISPEECH_TRAIN_HOURS * 3 * 3600 / seconds_per_update)
+    total = updates_per_epoch * conf["max_epoch"]
+    assert 10_000 <= total < 100_000
+    assert conf["scheduler_conf"]["warmup_steps"] < 0.8 * total
+    comment = path.read_text()
+    assert f"{updates_per_epoch:,} updates per epoch" in comment
+    assert re.search(rf"= {round(total, -2):,} updates", comment)
+
+
+def test_speed_perturb_data_dir(tmp_path):
+    import soundfile as sf
+
+    import speed_perturb
+    chapter = tmp_path / "c" / "19" / "198"
+    chapter.mkdir(parents=True)
+    (chapter / "19-198.trans.txt").write_text("19-198-0000 HELLO\n19-198-0001 WORLD\n")
+    for i in range(2):
+        (chapter / f"19-198-000{i}.flac").write_bytes(_flac_bytes())
+    data_prep.main(["--out", str(tmp_path / "train"), str(tmp_path / "c")])
+    speed_perturb.main(["--factors", "0.9 1.0 1.1", "--audio-dir", str(tmp_path / "sp"),
+                        str(tmp_path / "train"), str(tmp_path / "train_sp")])
+    wav = dict(line.split(" ", 1) for line in (tmp_path / "train_sp" / "wav.scp").read_text().splitlines())
+    assert sorted(wav) == ["19-198-0000", "19-198-0001", "sp0.9-19-198-0000", "sp0.9-19-198-0001",
+                           "sp1.1-19-198-0000", "sp1.1-19-198-0001"]
+    assert "sp1.1-19-198-0001 sp1.1-19\n" in (tmp_path / "train_sp" / "utt2spk").read_text()
+    assert (tmp_path / "train_sp" / "text").read_text().count("HELLO") == 3
+    n = sf.info(wav["19-198-0000"]).frames
+    assert abs(sf.info(wav["sp0.9-19-198-0000"]).frames - n / 0.9) <= 2
+    assert abs(sf.info(wav["sp1.1-19-198-0000"]).frames - n / 1.1) <= 2
+    with pytest.raises(InputError, match="--factors"):
+        speed_perturb.main(["--factors", "fast", "--audio-dir", "x", str(tmp_path / "train"), str(tmp_path / "o")])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,23 +4,28 @@
 #   ./run.sh                      # the embedded default: offline mini corpus (KJV + espeak-ng),
 #                                 # every stage on 2 CPU cores, prints the WER table
 #   ./run.sh --mini false --ngpu 4 --librispeech_dir /data   # the paper's LibriSpeech-960 setting
-#   ./run.sh --stage 6 --stop_stage 8                         # re-run some stages
+#   ./run.sh --stage 6 --stop_stage 8                         # run some stages again
+#   ./run.sh --help                                           # options, cluster use
 #
-# Stages (each logs to ${exp}/logs/stage<N>_<name>.log and leaves ${exp}/.done/stage<N>; a finished
-# stage is skipped on re-runs, a killed one resumes):
+# Stages (each logs to ${exp}/logs/stage<N>_<name>.log or to its experiment directory):
 #   0 corpus: download LibriSpeech (OpenSLR 12) + LM corpus (OpenSLR 11), or build the mini corpus
 #   1 Kaldi-style data directories      2 BPE / token list (ASR and LMs share it)
 #   3 LM text, dev/test decontaminated  4 ASR training (ESPnet Conformer, collect-stats pass first)
 #   5 LM training (SLM; CLM/MLM/Bi-LM with --lm_kinds)   6 N-best decoding (Speech2Text, beam 10)
-#   7 rescoring, lambda tuned on dev    8 RESULTS.md (WER: baseline, rescored, oracle)
+#   7 LM scoring + rescoring, lambda tuned on dev        8 RESULTS.md (WER: baseline, rescored, oracle)
+# As in ESPnet, every stage from --stage to --stop_stage runs. What a stage makes lives in a directory
+# named by what made it (ESPnet's tags: exp/asr_<asr config>_raw_en_bpe<N>, exp/lm_<lm config>_en_bpe<N>,
+# <asr_exp>/<inference tag>/<set>); a finished one holds a .done file describing that work (command,
+# md5 of its inputs), written after its outputs were checked. The same work again is reused, other
+# work (a new LM kind, config, BPE size, data) is done; a killed job resumes.
 set -euo pipefail
 cd "$(dirname "$0")"
 { # the braces make bash read the whole script first, so editing it during a run is harmless
 
 stage=0
 stop_stage=8
-ngpu=0                 # GPUs for training / decoding (0 = CPU)
-nj=2                   # parallel jobs: synthesis, decoding
+ngpu=0                 # GPUs per training job (ASR, LM); with ngpu > 0 each decoding/scoring job gets 1
+nj=2                   # jobs (key-file shards) of collect-stats, decoding and LM scoring; synthesis processes
 mini=true              # true: offline mini corpus; false: LibriSpeech
 micro=false            # with --mini true: a few-minute smoke run (CI)
 workdir=               # where downloads/ data/ exp/ go (default: . for LibriSpeech, mini/ or micro/)
@@ -29,11 +34,14 @@ mirror=https://www.openslr.org/resources   # or a local directory with 12/ and 1
 lm_kinds=slm           # LMs to train and compare, e.g. "slm clm mlm bilm"
 lm_size=small          # full setting: conf/tuning/train_lm_<kind>_<lm_size>.yaml
 asr_config=            # default: conf/train_asr.yaml, conf/train_asr_mini.yaml (mini/micro)
-decode_config=        # default: conf/decode_asr.yaml (conf/decode_asr_micro.yaml with --micro true)
+decode_config=         # default: conf/decode_asr.yaml (conf/decode_asr_micro.yaml with --micro true)
+inference_tag=         # decoding directory name (default: <decode config>_asr_model_valid.acc.ave)
 asr_train_args=        # extra options for espnet2.bin.asr_train (e.g. "--max_epoch 1")
 lm_train_args=         # extra options for slm_lm.bin.lm_train
 train_threads=         # CPU threads of a training job (default: --nj)
 bpe_size=              # default: 5000 (LibriSpeech), 300 (mini), 100 (micro)
+speed_perturb_factors=default  # ESPnet's: train on data/train_sp, one copy per factor; default:
+                               # "0.9 1.0 1.1" (LibriSpeech), "" (mini, which perturbs on the fly)
 lm_corpus=             # mini: bible (default) or gutenberg (../shared/data/text when present)
 train_parts="train-clean-100 train-clean-360 train-other-500"
 dev_parts="dev-clean dev-other"
@@ -41,9 +49,27 @@ test_parts="test-clean test-other"
 am_weights="decoder=0.7,ctc=0.3"   # AM score of a hypothesis = these weights x its per-scorer scores
 lambda_range="0:5:0.1"
 cmd_backend=local      # local | slurm (see cmd.sh)
-help_message="Usage: $0 [--stage N] [--stop_stage N] [--mini true|false] [--micro true|false]
-  [--ngpu N] [--nj N] [--workdir DIR] [--librispeech_dir DIR] [--mirror URL|DIR]
-  [--lm_kinds 'slm clm mlm bilm'] [--asr_config YAML] [--bpe_size N] [--cmd_backend local|slurm]"
+help_message="Usage: $0 [options]
+  --stage N --stop_stage N   run stages N..M (0 corpus, 1 data, 2 bpe, 3 lm_text, 4 asr_train,
+                             5 lm_train, 6 decode, 7 rescore, 8 results); every selected stage runs,
+                             finished identical work (same command and inputs) is reused
+  --mini true|false          offline mini corpus (default) or LibriSpeech-960 (--librispeech_dir DIR,
+                             --mirror URL|DIR); --micro true: the CI smoke run
+  --lm_kinds 'slm clm mlm bilm'  --lm_size small|base  --asr_config YAML  --decode_config YAML
+  --bpe_size N  --speed_perturb_factors '0.9 1.0 1.1'  --inference_tag NAME  --workdir DIR  --asr_train_args '...'  --lm_train_args '...'
+  --ngpu N                   GPUs per training job; decoding and LM scoring use 1 GPU per job if N > 0
+  --nj N                     key-file shards (JOB=1:N jobs) of collect-stats, decoding and LM scoring
+  --cmd_backend local|slurm  local: jobs run here, in parallel; slurm: sbatch --wait, JOB=1:N as
+                             job arrays (--array=1-N), GPUs as --gres=gpu:N (cmd.sh, local/run_slurm.sh)
+
+Cluster (Slurm; partition from \$slurm_partition), LibriSpeech-960 on 4-GPU nodes:
+  slurm_partition=gpu ./run.sh --mini false --librispeech_dir /data --cmd_backend slurm --ngpu 4 --nj 32
+    stages 0-3, 8: one CPU job each (\${train_cmd}: --cpus 4)
+    stage 4: collect-stats as 32 CPU array tasks, then ASR training: one job, --gres=gpu:4
+    stage 5: one job per LM kind, --gres=gpu:4
+    stage 6: per set 32 array tasks (\${cuda_cmd} --gpu 1 JOB=1:32), each decodes one key file
+    stage 7: per LM kind 32 scoring array tasks with 1 GPU each, merged, then lambda tuning on CPU
+  Array tasks are scheduled on any free node; a training job runs on one node (ESPnet --ngpu)."
 
 . ./local/parse_options.sh
 # The repository's Python environment (.venv): created on first use, a quick no-op when up to date.
@@ -69,10 +95,12 @@ if [ "${mini}" = true ]; then
     : "${bpe_size:=300}"
     : "${lm_corpus:=bible}"
     lm_conf() { echo "conf/train_lm_${1}_mini.yaml"; }
+    [ "${speed_perturb_factors}" = default ] && speed_perturb_factors=""
 else
     : "${workdir:=.}"
     : "${asr_config:=conf/train_asr.yaml}"
     : "${bpe_size:=5000}"
+    [ "${speed_perturb_factors}" = default ] && speed_perturb_factors="0.9 1.0 1.1"
     lm_conf() { echo "conf/tuning/train_lm_${1}_${lm_size}.yaml"; }
 fi
 : "${decode_config:=conf/decode_asr.yaml}"
@@ -80,27 +108,36 @@ downloads="${workdir}/downloads"
 : "${librispeech_dir:=${downloads}}"
 data="${workdir}/data"
 exp="${workdir}/exp"
-mkdir -p "${exp}/logs" "${exp}/.done"
+mkdir -p "${exp}/logs"
+train_set=train; sp=""
+if [ -n "${speed_perturb_factors}" ]; then train_set=train_sp; sp=_sp; fi
 token_dir="${data}/token_list/bpe${bpe_size}"
-asr_exp="${exp}/asr_$(basename "${asr_config}" .yaml)"
-decode_dir="${asr_exp}/$(basename "${decode_config}" .yaml)"   # ESPnet: <asr_exp>/<inference_tag>
+# ESPnet's experiment names: the config's name, the features, language and token type
+asr_exp="${exp}/asr_$(basename "${asr_config}" .yaml)_raw_en_bpe${bpe_size}${sp}"
+asr_stats="${exp}/asr_stats_raw_en_bpe${bpe_size}${sp}"
+lm_exp() { echo "${exp}/lm_$(basename "$(lm_conf "$1")" .yaml)_en_bpe${bpe_size}"; }
+asr_model=valid.acc.ave.pth
+: "${inference_tag:=$(basename "${decode_config}" .yaml)_asr_model_${asr_model%.pth}}"
+decode_dir="${asr_exp}/${inference_tag}"                  # <set>/<k>best_recog, <set>/score_wer
+rescore_dir() { echo "${decode_dir}_rescore_$(basename "$(lm_exp "$1")")"; }   # one per LM
 under() { echo "$1" | tr '-' '_'; }
 eval_sets=""; for p in ${dev_parts} ${test_parts}; do eval_sets+=" $(under "${p}")"; done
-[ "${ngpu}" -gt 0 ] && device=cuda || device=cpu
+if [ "${ngpu}" -gt 0 ]; then
+    device=cuda; infer_cmd="${cuda_cmd} --gpu 1"       # one GPU per decoding / scoring job
+else
+    device=cpu; infer_cmd="${decode_cmd} --gpu 0"
+fi
 
-# run_stage N NAME: true when stage N is selected and not finished yet
+# run_stage N NAME: true when stage N is selected (ESPnet: every selected stage runs)
 run_stage() {
     local n=$1 name=$2
     if [ "${stage}" -gt "${n}" ] || [ "${stop_stage}" -lt "${n}" ]; then return 1; fi
-    if [ -f "${exp}/.done/stage${n}" ]; then
-        log "stage ${n} (${name}): already done (delete ${exp}/.done/stage${n} to redo)"; return 1
-    fi
     log "stage ${n}: ${name}  (log: ${exp}/logs/stage${n}_${name}.log)"
     stage_log="${exp}/logs/stage${n}_${name}.log"
     stage_t0=$(date +%s)
     return 0
 }
-finish_stage() { touch "${exp}/.done/stage$1"; log "stage $1 done in $(( $(date +%s) - stage_t0 )) s"; }
+finish_stage() { log "stage $1 done in $(( $(date +%s) - stage_t0 )) s"; }
 # need N FILE...: the files an earlier stage N makes must exist
 need() {
     local n=$1; shift
@@ -108,14 +145,56 @@ need() {
         [ -e "${f}" ] || die "${f} is missing: run stage ${n} first (./run.sh --stage ${n} --stop_stage ${n} ...)"
     done
 }
+# work WORDS...: the description of a piece of work: its words one a line, each existing file
+# followed by the md5 of its content (so that the same command on changed inputs is other work)
+work() {
+    local w
+    for w in "$@"; do
+        if [ -f "${w}" ]; then echo "${w} md5=$(md5sum < "${w}" | cut -d' ' -f1)"; else echo "${w}"; fi
+    done
+}
+# reuse DIR DESCRIPTION: true when DIR was finished by exactly this work (DIR/.done)
+reuse() {
+    if [ -f "$1/.done" ] && [ "$(cat "$1/.done")" = "$2" ]; then
+        log "$1: reused (finished by the same work; delete $1/.done to redo it)"; return 0
+    fi
+    [ -f "$1/.done" ] && log "$1: made by other work (see $1/.done), doing it anew"
+    return 1
+}
+# set_aside DIR: a training/decoding dir holding finished results of other work is renamed, not
+# resumed or overwritten (a dir without .done is an interrupted run of this work: it resumes)
+set_aside() {
+    if [ -f "$1/.done" ]; then
+        local old; old="$1.old.$(date +%Y%m%d%H%M%S)"
+        mv "$1" "${old}"; log "$1: finished by other work, moved to ${old}"
+    fi
+}
+# finished DIR DESCRIPTION FILE...: check the outputs, then record DIR as finished by this work
+finished() {
+    local dir=$1 desc=$2 f; shift 2
+    for f in "$@"; do [ -s "${f}" ] || die "${f} was not made (see the logs of ${dir})"; done
+    printf '%s\n' "${desc}" > "${dir}/.done.tmp" && mv "${dir}/.done.tmp" "${dir}/.done"
+}
+# split_keys FILE DIR N: DIR/keys.1 .. DIR/keys.N, contiguous blocks of FILE's lines (N <= lines)
+split_keys() {
+    local total; total=$(wc -l < "$1")
+    mkdir -p "$2"; rm -f "$2"/keys.*
+    awk -v n="$3" -v total="${total}" -v d="$2" '{ print > (d "/keys." (int((NR - 1) * n / total) + 1)) }' "$1"
+}
+min() { if [ "$1" -lt "$2" ]; then echo "$1"; else echo "$2"; fi; }
 
 if run_stage 0 corpus; then
     if [ "${mini}" = true ]; then
-        ${train_cmd} "${stage_log}" local/setup_mini.sh
         if [ "${micro}" = true ]; then sizes=(--train 60 --dev 6 --test 6); else sizes=(--train 1250 --dev 100 --test 100); fi
-        ${train_cmd} "${stage_log%.log}_synth.log" python local/mini_corpus.py --out "${librispeech_dir}" \
-            --nj "${nj}" "${sizes[@]}"
-    else
+        desc=$(work mini_corpus "${sizes[@]}")
+        mkdir -p "${librispeech_dir}"
+        if ! reuse "${librispeech_dir}" "${desc}"; then
+            ${train_cmd} "${stage_log}" local/setup_mini.sh
+            ${train_cmd} "${stage_log%.log}_synth.log" python local/mini_corpus.py --out "${librispeech_dir}" \
+                --nj "${nj}" "${sizes[@]}"
+            finished "${librispeech_dir}" "${desc}" "${librispeech_dir}/split.json"
+        fi
+    else  # checks what is there by its files: quick when the corpus is complete
         ${train_cmd} "${stage_log}" python local/download_librispeech.py --mirror "${mirror}" \
             --dir "${librispeech_dir}" --parts ${train_parts} ${dev_parts} ${test_parts} --lm-corpus
     fi
@@ -130,6 +209,10 @@ if run_stage 1 data; then
         set -e
         subsets=(); for part in ${train_parts}; do subsets+=("${corpus}/${part}"); done
         python local/data_prep.py --out "${data}/train" "${subsets[@]}"
+        if [ -n "${speed_perturb_factors}" ]; then  # resumes: audio already written is kept
+            python local/speed_perturb.py --factors "${speed_perturb_factors}" --nj "${nj}" \
+                --audio-dir "${workdir}/dump/speed_perturb" "${data}/train" "${data}/train_sp"
+        fi
         subsets=(); for part in ${dev_parts}; do subsets+=("${corpus}/${part}"); done
         python local/data_prep.py --out "${data}/dev" "${subsets[@]}"   # validation of the training
         for part in ${dev_parts} ${test_parts}; do
@@ -142,9 +225,13 @@ fi
 if run_stage 2 bpe; then
     need 1 "${data}/train/text"
     mkdir -p "${token_dir}"
-    cut -d' ' -f2- "${data}/train/text" > "${token_dir}/train_text.txt"
-    ${train_cmd} "${stage_log}" python -m slm_lm.bin.train_bpe --text "${token_dir}/train_text.txt" \
-        --vocab-size "${bpe_size}" --out "${token_dir}"
+    desc=$(work train_bpe "${data}/train/text" "${bpe_size}")
+    if ! reuse "${token_dir}" "${desc}"; then
+        cut -d' ' -f2- "${data}/train/text" > "${token_dir}/train_text.txt"
+        ${train_cmd} "${stage_log}" python -m slm_lm.bin.train_bpe --text "${token_dir}/train_text.txt" \
+            --vocab-size "${bpe_size}" --out "${token_dir}"
+        finished "${token_dir}" "${desc}" "${token_dir}/bpe.model" "${token_dir}/tokens.txt"
+    fi
     finish_stage 2
 fi
 
@@ -160,43 +247,64 @@ if run_stage 3 lm_text; then
     fi
     need 0 "${books[@]}"
     mkdir -p "${data}/lm"
-    ${train_cmd} "${stage_log}" sh -c '
-        set -e
-        python -m slm_lm.bin.prepare_lm_text --books "$@" --exclude '"${excludes[*]}"' \
-            --out '"${data}"'/lm/train.txt --valid-out '"${data}"'/lm/valid.txt
-        for x in train valid; do
-            python -m slm_lm.espnet_lm.data '"${data}"'/lm/$x.txt '"${data}"'/lm/$x \
-                --bpemodel '"${token_dir}"'/bpe.model --prefix lm_$x
-        done' sh "${books[@]}" ${norm[@]+"${norm[@]}"}
+    desc=$(work lm_text "${books[@]}" ${norm[@]+"${norm[@]}"} "${excludes[@]}" "${token_dir}/bpe.model")
+    if ! reuse "${data}/lm" "${desc}"; then
+        ${train_cmd} "${stage_log}" sh -c '
+            set -e
+            python -m slm_lm.bin.prepare_lm_text --books "$@" --exclude '"${excludes[*]}"' \
+                --out '"${data}"'/lm/train.txt --valid-out '"${data}"'/lm/valid.txt
+            for x in train valid; do
+                python -m slm_lm.espnet_lm.data '"${data}"'/lm/$x.txt '"${data}"'/lm/$x \
+                    --bpemodel '"${token_dir}"'/bpe.model --prefix lm_$x
+            done' sh "${books[@]}" ${norm[@]+"${norm[@]}"}
+        finished "${data}/lm" "${desc}" "${data}/lm/train/text" "${data}/lm/valid/text" \
+            "${data}/lm/train/text_shape" "${data}/lm/valid/text_shape"
+    fi
     finish_stage 3
 fi
 
 if run_stage 4 asr_train; then
     need 2 "${token_dir}/tokens.txt"
-    need 1 "${data}/train/wav.scp" "${data}/dev/wav.scp"
+    need 1 "${data}/${train_set}/wav.scp" "${data}/dev/wav.scp"
     common=(--use_preprocessor true --token_type bpe --bpemodel "${token_dir}/bpe.model"
             --token_list "${token_dir}/tokens.txt" --non_linguistic_symbols none --cleaner none --g2p none
-            --train_data_path_and_name_and_type "${data}/train/wav.scp,speech,sound"
-            --train_data_path_and_name_and_type "${data}/train/text,text,text"
+            --train_data_path_and_name_and_type "${data}/${train_set}/wav.scp,speech,sound"
+            --train_data_path_and_name_and_type "${data}/${train_set}/text,text,text"
             --valid_data_path_and_name_and_type "${data}/dev/wav.scp,speech,sound"
             --valid_data_path_and_name_and_type "${data}/dev/text,text,text"
             --config "${asr_config}" --frontend_conf fs=16k)
-    stats="${exp}/asr_stats_bpe${bpe_size}"
-    if [ ! -f "${stats}/train/feats_stats.npz" ]; then
-        ${train_cmd} "${stage_log%.log}_stats.log" python -m espnet2.bin.asr_train --collect_stats true \
-            "${common[@]}" --preprocessor_conf data_aug_prob=0.0 --ngpu 0 \
-            --train_shape_file "${data}/train/wav.scp" --valid_shape_file "${data}/dev/wav.scp" \
-            --output_dir "${stats}.tmp"
-        rm -rf "${stats}"; mv "${stats}.tmp" "${stats}"
+    inputs=("${data}/${train_set}/wav.scp" "${data}/${train_set}/text" "${data}/dev/wav.scp" "${data}/dev/text")
+    # collect-stats, as ESPnet's asr.sh: nj key-file shards, then aggregated
+    desc=$(work collect_stats "${common[@]}" "${inputs[@]}")
+    mkdir -p "${asr_stats}"
+    if ! reuse "${asr_stats}" "${desc}"; then
+        logdir="${asr_stats}/logdir"
+        _nj=$(min "${nj}" "$(min "$(wc -l < "${data}/${train_set}/wav.scp")" "$(wc -l < "${data}/dev/wav.scp")")")
+        split_keys "${data}/${train_set}/wav.scp" "${logdir}/train" "${_nj}"
+        split_keys "${data}/dev/wav.scp" "${logdir}/valid" "${_nj}"
+        rm -rf "${logdir}"/stats.*
+        ${train_cmd} JOB=1:"${_nj}" "${logdir}/stats.JOB.log" python -m espnet2.bin.asr_train \
+            --collect_stats true "${common[@]}" --preprocessor_conf data_aug_prob=0.0 --ngpu 0 \
+            --train_shape_file "${logdir}/train/keys.JOB" --valid_shape_file "${logdir}/valid/keys.JOB" \
+            --output_dir "${logdir}/stats.JOB"
+        stats_dirs=(); for ((j = 1; j <= _nj; j++)); do stats_dirs+=(--input_dir "${logdir}/stats.${j}"); done
+        ${train_cmd} "${logdir}/aggregate.log" python -m espnet2.bin.aggregate_stats_dirs \
+            "${stats_dirs[@]}" --output_dir "${asr_stats}"
+        finished "${asr_stats}" "${desc}" "${asr_stats}/train/feats_stats.npz" \
+            "${asr_stats}/train/speech_shape" "${asr_stats}/valid/speech_shape"
     fi
-    # --resume true: a killed training continues from ${asr_exp}/checkpoint.pth
-    OMP_NUM_THREADS="${train_threads:-${nj}}" ${cuda_cmd} "${asr_exp}/train.log" \
-        python -m espnet2.bin.asr_train "${common[@]}" --ngpu "${ngpu}" --resume true \
-        --train_shape_file "${stats}/train/speech_shape" --train_shape_file "${stats}/train/text_shape" \
-        --valid_shape_file "${stats}/valid/speech_shape" --valid_shape_file "${stats}/valid/text_shape" \
-        --normalize global_mvn --normalize_conf "stats_file=${stats}/train/feats_stats.npz" \
-        --fold_length 80000 --fold_length 150 --output_dir "${asr_exp}" ${asr_train_args}
-    need 4 "${asr_exp}/valid.acc.ave.pth"
+    # the training command, in one place; --resume true: a killed training continues from checkpoint.pth
+    asr_train=(python -m espnet2.bin.asr_train "${common[@]}" --ngpu "${ngpu}" --resume true
+        --train_shape_file "${asr_stats}/train/speech_shape" --train_shape_file "${asr_stats}/train/text_shape"
+        --valid_shape_file "${asr_stats}/valid/speech_shape" --valid_shape_file "${asr_stats}/valid/text_shape"
+        --normalize global_mvn --normalize_conf "stats_file=${asr_stats}/train/feats_stats.npz"
+        --fold_length 80000 --fold_length 150 --output_dir "${asr_exp}" ${asr_train_args})
+    desc=$(work "${asr_train[@]}" "${inputs[@]}")
+    if ! reuse "${asr_exp}" "${desc}"; then
+        set_aside "${asr_exp}"
+        OMP_NUM_THREADS="${train_threads:-${nj}}" ${cuda_cmd} --gpu "${ngpu}" "${asr_exp}/train.log" "${asr_train[@]}"
+        finished "${asr_exp}" "${desc}" "${asr_exp}/${asr_model}" "${asr_exp}/config.yaml"
+    fi
     finish_stage 4
 fi
 
@@ -205,51 +313,94 @@ if run_stage 5 lm_train; then
     for kind in ${lm_kinds}; do
         conf="$(lm_conf "${kind}")"
         need 5 "${conf}"
-        OMP_NUM_THREADS="${train_threads:-${nj}}" ${cuda_cmd} "${exp}/lm_${kind}/train.log" \
-            python -m slm_lm.bin.lm_train --config "${conf}" --ngpu "${ngpu}" --resume true \
-            --token_list "${token_dir}/tokens.txt" --bpemodel "${token_dir}/bpe.model" --token_type bpe \
-            --train_data_path_and_name_and_type "${data}/lm/train/text,text,text" \
-            --train_shape_file "${data}/lm/train/text_shape" \
-            --valid_data_path_and_name_and_type "${data}/lm/valid/text,text,text" \
-            --valid_shape_file "${data}/lm/valid/text_shape" --output_dir "${exp}/lm_${kind}" \
-            --use_tensorboard false ${lm_train_args}
+        lm_dir="$(lm_exp "${kind}")"
+        # the training command, in one place; --resume true: a killed training continues
+        lm_train=(python -m slm_lm.bin.lm_train --config "${conf}" --ngpu "${ngpu}" --resume true
+            --token_list "${token_dir}/tokens.txt" --bpemodel "${token_dir}/bpe.model" --token_type bpe
+            --train_data_path_and_name_and_type "${data}/lm/train/text,text,text"
+            --train_shape_file "${data}/lm/train/text_shape"
+            --valid_data_path_and_name_and_type "${data}/lm/valid/text,text,text"
+            --valid_shape_file "${data}/lm/valid/text_shape" --output_dir "${lm_dir}"
+            --use_tensorboard false ${lm_train_args})
+        desc=$(work "${lm_train[@]}" "${data}/lm/train/text" "${data}/lm/valid/text")
+        if ! reuse "${lm_dir}" "${desc}"; then
+            set_aside "${lm_dir}"
+            OMP_NUM_THREADS="${train_threads:-${nj}}" ${cuda_cmd} --gpu "${ngpu}" "${lm_dir}/train.log" "${lm_train[@]}"
+            finished "${lm_dir}" "${desc}" "${lm_dir}/config.yaml"
+        fi
     done
     finish_stage 5
 fi
 
 if run_stage 6 decode; then
-    need 4 "${asr_exp}/valid.acc.ave.pth"
+    need 4 "${asr_exp}/${asr_model}"
     for s in ${eval_sets}; do
         need 1 "${data}/${s}/wav.scp"
-        ${decode_cmd} "${stage_log%.log}_${s}.log" python local/decode_nbest.py \
-            --asr-config "${asr_exp}/config.yaml" --asr-model "${asr_exp}/valid.acc.ave.pth" \
-            --decode-config "${decode_config}" --data "${data}/${s}" \
-            --out "${decode_dir}/${s}" --nj "${nj}" --device "${device}"
+        dir="${decode_dir}/${s}"; logdir="${dir}/logdir"
+        decode=(python local/decode_nbest.py --asr-config "${asr_exp}/config.yaml"
+                --asr-model "${asr_exp}/${asr_model}" --decode-config "${decode_config}" --data "${data}/${s}")
+        desc=$(work "${decode[@]}" "${data}/${s}/wav.scp" "${data}/${s}/text")
+        if ! reuse "${dir}" "${desc}"; then
+            set_aside "${dir}"
+            # ESPnet's asr.sh: the keys split into nj shards, one job (and GPU) each, then merged
+            _nj=$(min "${nj}" "$(wc -l < "${data}/${s}/wav.scp")")
+            split_keys "${data}/${s}/wav.scp" "${logdir}" "${_nj}"
+            ${infer_cmd} JOB=1:"${_nj}" "${logdir}/decode.JOB.log" "${decode[@]}" \
+                --keys "${logdir}/keys.JOB" --out "${logdir}/output.JOB" --device "${device}"
+            ${train_cmd} "${logdir}/merge.log" python local/decode_nbest.py --merge "${_nj}" \
+                --data "${data}/${s}" --out "${dir}"
+            ${train_cmd} "${logdir}/score_wer.log" python local/score_wer.py --data "${data}/${s}" "${dir}"
+            finished "${dir}" "${desc}" "${dir}/1best_recog/text" "${dir}/1best_recog/scores" "${dir}/text" \
+                "${dir}/score_wer/ref.trn" "${dir}/score_wer/hyp.trn" "${dir}/score_wer/result.txt"
+        fi
+        log "${dir}: $(grep '^|Sum/Avg' "${dir}/score_wer/result.txt")"
     done
     finish_stage 6
 fi
 
 join_sets() { local out="" s; for s in "$@"; do out+="${out:+,}$s"; done; echo "${out}"; }
 if run_stage 7 rescore; then
-    devs=(); dev_refs=(); tests=(); test_refs=()
-    for p in ${dev_parts}; do s=$(under "${p}"); need 6 "${decode_dir}/${s}/1best_recog/text"
-        devs+=("${decode_dir}/${s}"); dev_refs+=("${data}/${s}/text"); done
-    for p in ${test_parts}; do s=$(under "${p}"); need 6 "${decode_dir}/${s}/1best_recog/text"
-        tests+=("${decode_dir}/${s}"); test_refs+=("${data}/${s}/text"); done
+    devs=(); dev_refs=(); tests=(); test_refs=(); keys=()
+    for p in ${dev_parts}; do s=$(under "${p}"); need 6 "${decode_dir}/${s}/.done"
+        devs+=("${decode_dir}/${s}"); dev_refs+=("${data}/${s}/text"); keys+=("${data}/${s}/wav.scp"); done
+    for p in ${test_parts}; do s=$(under "${p}"); need 6 "${decode_dir}/${s}/.done"
+        tests+=("${decode_dir}/${s}"); test_refs+=("${data}/${s}/text"); keys+=("${data}/${s}/wav.scp"); done
     for kind in ${lm_kinds}; do
-        need 5 "${exp}/lm_${kind}/config.yaml"
-        ${decode_cmd} "${stage_log%.log}_${kind}.log" python -m slm_lm.bin.rescore \
-            --dev "$(join_sets "${devs[@]}")" --dev-ref "$(join_sets "${dev_refs[@]}")" \
-            --test "$(join_sets "${tests[@]}")" --test-ref "$(join_sets "${test_refs[@]}")" \
-            --lm "${exp}/lm_${kind}" --nbest 10 --am-weights "${am_weights}" \
-            --lambda-range "${lambda_range}" --device "${device}" --no-progress \
-            --cache "${exp}/lm_cache" --out "${exp}/rescore_${kind}"
+        lm_dir="$(lm_exp "${kind}")"
+        need 5 "${lm_dir}/.done"
+        out="$(rescore_dir "${kind}")"; logdir="${out}/logdir"
+        rescore=(python -m slm_lm.bin.rescore
+            --dev "$(join_sets "${devs[@]}")" --dev-ref "$(join_sets "${dev_refs[@]}")"
+            --test "$(join_sets "${tests[@]}")" --test-ref "$(join_sets "${test_refs[@]}")"
+            --lm "${lm_dir}" --nbest 10 --am-weights "${am_weights}" --lambda-range "${lambda_range}")
+        desc=$(work "${rescore[@]}" "${lm_dir}/.done" "${devs[@]/%//.done}" "${tests[@]/%//.done}")
+        if ! reuse "${out}" "${desc}"; then
+            set_aside "${out}"
+            # LM scores of the N-best hypotheses: nj shards of the utterances, one job (and GPU) each,
+            # merged into the score cache that the rescoring then reads
+            mkdir -p "${logdir}"; sort "${keys[@]}" > "${logdir}/all_keys"
+            _nj=$(min "${nj}" "$(wc -l < "${logdir}/all_keys")")
+            split_keys "${logdir}/all_keys" "${logdir}" "${_nj}"
+            ${infer_cmd} JOB=1:"${_nj}" "${logdir}/lm_score.JOB.log" python local/score_nbest_lm.py \
+                --lm "${lm_dir}" --nbest 10 --keys "${logdir}/keys.JOB" --device "${device}" \
+                --cache "${logdir}/cache.JOB" "${devs[@]}" "${tests[@]}"
+            ${train_cmd} "${logdir}/merge.log" python local/score_nbest_lm.py --merge "${_nj}" \
+                --cache "${out}/lm_cache" "${logdir}"
+            ${train_cmd} "${logdir}/rescore.log" "${rescore[@]}" --device cpu --no-progress \
+                --cache "${out}/lm_cache" --out "${out}"
+            for s in ${eval_sets}; do
+                ${train_cmd} "${logdir}/score_wer.${s}.log" python local/score_wer.py --data "${data}/${s}" "${out}/${s}"
+            done
+            finished "${out}" "${desc}" "${out}/tuning.json" "${out}/RESULTS.md"
+        fi
+        for s in ${eval_sets}; do log "${out}/${s}: $(grep '^|Sum/Avg' "${out}/${s}/score_wer/result.txt")"; done
     done
     finish_stage 7
 fi
 
 if run_stage 8 results; then
-    rescored=(); for kind in ${lm_kinds}; do need 7 "${exp}/rescore_${kind}/tuning.json"; rescored+=("${kind}=${exp}/rescore_${kind}"); done
+    rescored=(); for kind in ${lm_kinds}; do
+        need 7 "$(rescore_dir "${kind}")/.done"; rescored+=("${kind}=$(rescore_dir "${kind}")"); done
     ${train_cmd} "${stage_log}" python local/make_results.py --decode-dir "${decode_dir}" --data "${data}" \
         --sets "${eval_sets# }" --rescored "${rescored[@]}" --am-weights "${am_weights}" \
         --title "$( [ "${mini}" = true ] && echo "mini corpus (${tag})" || echo LibriSpeech-960 )" \

@@ -1,25 +1,26 @@
 #!/usr/bin/env python3
-"""Decode a data directory with ESPnet's Speech2Text and write its N-best lists.
+"""Decode a data directory (or one key-file shard of it) with ESPnet's Speech2Text; merge the shards.
 
     decode_nbest.py --asr-config exp/asr/config.yaml --asr-model exp/asr/valid.acc.ave.pth \
-        --decode-config conf/decode_asr.yaml --data data/dev_clean --out exp/decode/dev_clean --nj 2
+        --decode-config conf/decode_asr.yaml --data data/dev_clean --keys logdir/keys.3.scp \
+        --out exp/decode/dev_clean/logdir/output.3
+    decode_nbest.py --merge 4 --data data/dev_clean --out exp/decode/dev_clean
 
-writes ESPnet's layout ``<out>/<k>best_recog/{text,token,token_int,score}`` for k = 1..nbest plus
-``<k>best_recog/scores``: per hypothesis the unweighted per-scorer log-probabilities as JSON
-(``uttid {"decoder": -3.2, "ctc": -1.9, "length_bonus": 12.0}``; ``length_bonus`` is the number
-of decoded tokens including the end of sentence, what ESPnet's length-bonus scorer sums), which
-ESPnet itself does not write. ``<out>/score_wer/ref.trn`` holds the references (sclite trn).
+Decoding writes ESPnet's layout ``<out>/<k>best_recog/{text,token,token_int,score}`` for k = 1..nbest
+plus ``<k>best_recog/scores``: per hypothesis the unweighted per-scorer log-probabilities as JSON
+(``uttid {"decoder": -3.2, "ctc": -1.9, "length_bonus": 12.0}``; ``length_bonus`` is the number of
+decoded tokens including the end of sentence, what ESPnet's length-bonus scorer sums), which ESPnet
+itself does not write. The recipe runs one such job per shard (``JOB=1:nj``, one GPU each where there
+are GPUs) with ``--out <set>/logdir/output.JOB``, as ESPnet's asr.sh does; ``--merge N`` then joins
+the files of ``output.1`` .. ``output.N`` into ``<set>/<k>best_recog/`` sorted by utterance, checking
+that every utterance of the data directory was decoded exactly once.
 
-The utterances are split over ``--nj`` worker processes (one thread each). Every finished
-utterance is appended to ``<out>/logdir/output.<n>/partial.jsonl``, so a killed run resumes
-where it stopped; the final files are written atomically once all utterances are done.
+One thread per job. Every finished utterance is appended to ``<out>/partial.jsonl``, so a killed job
+resumes where it stopped; the final files are written atomically once all its utterances are done.
 """
 import argparse
 import json
-import os
 import sys
-import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -27,6 +28,8 @@ from tqdm import tqdm
 
 from slm_lm.errors import InputError
 from slm_lm.fileio import write_atomic
+
+LAYOUT = ("text", "token", "token_int", "score", "scores")
 
 
 def read_table(path):
@@ -63,30 +66,28 @@ def read_partial(path):
     return done
 
 
-def decode_job(job):
-    """Worker: decode the utterances of one split, appending each result to partial.jsonl."""
+def decode(args, uttids, out):
+    """Decode `uttids` (skipping those in out/partial.jsonl) and return {uttid: record} of all."""
     import torch
     from espnet2.bin.asr_inference import Speech2Text
     from espnet2.fileio.sound_scp import SoundScpReader
 
-    n, todo, args = job
     torch.set_num_threads(1)
-    logdir = Path(args["out"]) / "logdir" / f"output.{n}"
-    logdir.mkdir(parents=True, exist_ok=True)
-    partial = logdir / "partial.jsonl"
+    partial = out / "partial.jsonl"
+    done = read_partial(partial)
     # rewrite without the torn last line of a killed run before appending
-    tmp = partial.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in read_partial(partial).values()),
-                   encoding="utf-8")
-    os.replace(tmp, partial)
-    with open(args["decode_config"], encoding="utf-8") as f:
+    write_atomic(partial, "".join(json.dumps(r) + "\n" for r in done.values()))
+    todo = [u for u in uttids if u not in done]
+    if not todo:
+        return done
+    with open(args.decode_config, encoding="utf-8") as f:
         conf = yaml.safe_load(f) or {}
-    s2t = Speech2Text(asr_train_config=args["asr_config"], asr_model_file=args["asr_model"],
-                      device=args["device"], **conf)
+    s2t = Speech2Text(asr_train_config=args.asr_config, asr_model_file=args.asr_model,
+                      device=args.device, **conf)
     eos = s2t.asr_model.eos
-    reader = SoundScpReader(str(Path(args["data"]) / "wav.scp"), dtype="float32")
-    with open(partial, "a", encoding="utf-8") as out:
-        for uttid in todo:
+    reader = SoundScpReader(str(Path(args.data) / "wav.scp"), dtype="float32")
+    with open(partial, "a", encoding="utf-8") as f:
+        for uttid in tqdm(todo, desc=f"decode {out}", file=sys.stderr, mininterval=30):
             rate, speech = reader[uttid]
             hyps = []
             for text, token, token_int, hyp in s2t(speech):
@@ -98,22 +99,15 @@ def decode_job(job):
                 scores.setdefault("length_bonus", float(len(hyp.yseq) - 1))
                 hyps.append({"text": text, "token": token, "token_int": [int(t) for t in token_int],
                              "score": float(hyp.score), "scores": scores})
-            out.write(json.dumps({"uttid": uttid, "hyps": hyps}) + "\n")
-            out.flush()
-            args["progress"].put(1)
-    return n, len(todo)
+            rec = {"uttid": uttid, "hyps": hyps}
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            done[uttid] = rec
+    return done
 
 
-def read_all_partial(out):
-    """Merge the results of every worker of earlier and current runs."""
-    records = {}
-    for partial in sorted((Path(out) / "logdir").glob("output.*/partial.jsonl")):
-        records.update(read_partial(partial))
-    return records
-
-
-def write_layout(out, records, refs, nbest):
-    """Write <k>best_recog/{text,token,token_int,score,scores} and score_wer/ref.trn atomically."""
+def write_layout(out, records, nbest):
+    """Write <k>best_recog/{text,token,token_int,score,scores} atomically."""
     files = {}
     for uttid in sorted(records):
         hyps = records[uttid]["hyps"]
@@ -125,26 +119,49 @@ def write_layout(out, records, refs, nbest):
                                 ("token_int", " ".join(map(str, h["token_int"]))),
                                 ("score", f"{h['score']:.6f}"), ("scores", json.dumps(h["scores"]))):
                 files.setdefault((d, name), []).append(f"{uttid} {value}".rstrip() + "\n")
-    files[("score_wer", "ref.trn")] = [f"{refs[u]}\t({u.split('-')[0]}-{u})\n" for u in sorted(records)]
     for (d, name), lines in files.items():
         write_atomic(out / d / name, "".join(lines))
 
 
+def merge(out, njobs, uttids):
+    """Join <out>/logdir/output.{1..njobs}/<k>best_recog/* into <out>/<k>best_recog/*, sorted by key."""
+    shards = [out / "logdir" / f"output.{n}" for n in range(1, njobs + 1)]
+    dirs = sorted({d.name for s in shards for d in s.glob("*best_recog")}, key=lambda n: int(n[:-10]))
+    if "1best_recog" not in dirs:
+        raise InputError(f"{out}/logdir: no output.<n>/1best_recog (run the decoding jobs first)")
+    for d in dirs:
+        for name in LAYOUT:
+            rows = {}
+            for s in shards:
+                path = s / d / name
+                if not path.is_file():
+                    continue
+                for key, value in read_table(path).items():
+                    if key in rows:
+                        raise InputError(f"{path}: {key} was decoded by two shards")
+                    rows[key] = value
+            if d == "1best_recog":
+                missing = [u for u in uttids if u not in rows]
+                if missing:
+                    raise InputError(f"{out}/logdir: {len(missing)} utterances were not decoded "
+                                     f"(no {d}/{name} line), e.g. {missing[:3]}")
+            write_atomic(out / d / name, "".join(f"{k} {rows[k]}".rstrip() + "\n" for k in sorted(rows)))
+    return len(dirs)
+
+
 def main(argv=None):
-    """Command line: decode one data directory into an N-best directory."""
+    """Command line: decode one shard of a data directory, or merge the shards' outputs."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--asr-config", required=True)
-    p.add_argument("--asr-model", required=True)
-    p.add_argument("--decode-config", required=True, help="YAML of Speech2Text options (beam_size, nbest...)")
+    p.add_argument("--asr-config")
+    p.add_argument("--asr-model")
+    p.add_argument("--decode-config", help="YAML of Speech2Text options (beam_size, nbest...)")
     p.add_argument("--data", required=True, help="data directory with wav.scp and text")
+    p.add_argument("--keys", help="the utterances to decode, one a line (first column; default: all)")
     p.add_argument("--out", required=True)
-    p.add_argument("--nj", type=int, default=1)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--merge", type=int, metavar="N", help="merge <out>/logdir/output.1..N instead")
     args = p.parse_args(argv)
 
-    for path in (args.asr_config, args.asr_model, args.decode_config):
-        if not Path(path).is_file():
-            raise InputError(f"{path}: not found (run the ASR training stage first)")
     data = Path(args.data)
     for name in ("wav.scp", "text"):
         if not (data / name).is_file():
@@ -153,37 +170,25 @@ def main(argv=None):
     if set(wavs) != set(refs):
         odd = sorted(set(wavs) ^ set(refs))[:3]
         raise InputError(f"{data}: wav.scp and text have different utterances, e.g. {odd}")
+    out = Path(args.out)
+    if args.merge:
+        n = merge(out, args.merge, sorted(wavs))
+        print(f"{out}: {len(wavs)} utterances, up to {n} hypotheses each, from {args.merge} shards")
+        return
+    for opt in ("asr_config", "asr_model", "decode_config"):
+        path = getattr(args, opt)
+        if not path or not Path(path).is_file():
+            raise InputError(f"--{opt.replace('_', '-')} {path}: not found (run the ASR training stage first)")
+    uttids = sorted(wavs)
+    if args.keys:
+        uttids = sorted(read_table(args.keys))
+        unknown = [u for u in uttids if u not in wavs]
+        if unknown:
+            raise InputError(f"{args.keys}: {len(unknown)} keys are not in {data}/wav.scp, e.g. {unknown[:3]}")
     with open(args.decode_config, encoding="utf-8") as f:
         nbest = int((yaml.safe_load(f) or {}).get("nbest", 1))
-    out = Path(args.out)
-    uttids = sorted(wavs)
-    done = read_all_partial(out)
-    todo = [u for u in uttids if u not in done]
-    nj = max(1, min(args.nj, len(todo)))
-    splits = [todo[i::nj] for i in range(nj)]
-
-    import multiprocessing as mp
-    ctx = mp.get_context("spawn")
-    with ctx.Manager() as manager:
-        progress = manager.Queue()
-        shared = {"asr_config": args.asr_config, "asr_model": args.asr_model, "device": args.device,
-                  "decode_config": args.decode_config, "data": str(data), "out": str(out),
-                  "progress": progress}
-        with ProcessPoolExecutor(nj, mp_context=ctx) as ex, \
-                tqdm(total=len(uttids), initial=len(uttids) - len(todo),
-                     desc=f"decode {data.name}", file=sys.stderr) as bar:
-            futures = [ex.submit(decode_job, (n, s, shared)) for n, s in enumerate(splits) if s]
-            while not all(f.done() for f in futures):
-                while not progress.empty():
-                    bar.update(progress.get())
-                time.sleep(0.5)
-            for f in futures:
-                f.result()
-    records = read_all_partial(out)
-    missing = [u for u in uttids if u not in records]
-    if missing:
-        raise InputError(f"{out}: {len(missing)} utterances were not decoded, e.g. {missing[:3]}")
-    write_layout(out, {u: records[u] for u in uttids}, refs, nbest)
+    records = decode(args, uttids, out)
+    write_layout(out, {u: records[u] for u in uttids}, nbest)
     print(f"{out}: {len(uttids)} utterances, up to {nbest} hypotheses each")
 
 

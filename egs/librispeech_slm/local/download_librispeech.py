@@ -7,12 +7,16 @@
 For each part, `<mirror>/12/<part>.tar.gz` is fetched into `<dir>/archives/` (an interrupted
 download continues with an HTTP Range request, or a local copy continues where it stopped),
 checked against the MD5 listed in `<mirror>/12/md5sum.txt`, and unpacked into
-`<dir>/LibriSpeech/<part>/`; a `<dir>/LibriSpeech/<part>/.complete` marker makes re-runs skip it.
+`<dir>/LibriSpeech/<part>/`. A part already there (unpacked by an earlier run or an existing copy of
+the user's) is checked by its files -- every transcript line has its non-empty audio file, every audio
+file its transcript line -- and used as it is; an incomplete one is an error naming the problem.
+Nothing that is there is deleted or replaced.
 With --lm-corpus, `<mirror>/11/librispeech-lm-norm.txt.gz` goes to `<dir>/` (MD5 from
 `<mirror>/11/md5sum.txt` when the mirror has one, else the announced size is checked).
 A local mirror (a directory with `12/` and `11/`) makes the stage testable offline.
 """
 import argparse
+import gzip
 import hashlib
 import os
 import shutil
@@ -129,11 +133,34 @@ def get_verified(mirror, resource, name, dest, md5sums, required):
         raise InputError(f"{dest}: {dest.stat().st_size} bytes, the server announced {total}")
 
 
+def check_part(target):
+    """A LibriSpeech part on disk, checked by its files (data_prep's rules plus non-empty audio);
+    returns the number of utterances, or raises InputError naming the problem."""
+    from data_prep import read_subset
+
+    utts = read_subset(target)
+    empty = [audio for audio, _, _ in utts.values() if os.path.getsize(audio) == 0]
+    if empty:
+        raise InputError(f"{empty[0]}: empty audio file ({len(empty)} in {target})")
+    return len(utts)
+
+
+def existing_part(target):
+    """True when root/LibriSpeech/<part> is there and complete; an incomplete copy is an error
+    (never deleted: it may be the user's)."""
+    if not target.exists():
+        return False
+    try:
+        check_part(target)
+    except InputError as e:
+        raise InputError(f"{target} is there but incomplete ({e}); complete or move it, "
+                         "then run again (nothing was deleted)") from None
+    return True
+
+
 def unpack(archive, part, root):
-    """Extract one LibriSpeech archive into root/LibriSpeech/<part> and mark it complete."""
+    """Extract one LibriSpeech archive into root/LibriSpeech/<part> (absent before)."""
     target = root / "LibriSpeech" / part
-    if (target / ".complete").exists():
-        return
     tmp = root / f".unpack-{part}"
     shutil.rmtree(tmp, ignore_errors=True)
     with tarfile.open(archive) as tar:
@@ -149,10 +176,19 @@ def unpack(archive, part, root):
     for extra in (tmp / "LibriSpeech").iterdir():  # README, CHAPTERS.TXT, SPEAKERS.TXT ...
         if extra.name != part and not (target.parent / extra.name).exists():
             os.replace(extra, target.parent / extra.name)
-    shutil.rmtree(target, ignore_errors=True)
     os.replace(tmp / "LibriSpeech" / part, target)
     shutil.rmtree(tmp)
-    (target / ".complete").touch()
+    check_part(target)
+
+
+def check_gzip(path):
+    """An existing LM corpus must at least be a gzip file with content (it is used as it is)."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            if not f.readline().strip():
+                raise InputError(f"{path}: empty first line (not the LibriSpeech LM corpus?)")
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: not a readable gzip text file ({e}); move it away to download it") from None
 
 
 def main(argv=None):
@@ -167,7 +203,7 @@ def main(argv=None):
     root = Path(args.dir)
     (root / "archives").mkdir(parents=True, exist_ok=True)
     mirror = args.mirror.rstrip("/")
-    todo = [x for x in args.parts if not (root / "LibriSpeech" / x / ".complete").exists()]
+    todo = [x for x in args.parts if not existing_part(root / "LibriSpeech" / x)]
     if todo:
         sums = read_md5sums(mirror, "12", required=True)
         for part in todo:
@@ -178,7 +214,9 @@ def main(argv=None):
                 archive.unlink()
     for part in args.parts:
         print(f"{root / 'LibriSpeech' / part}: ready")
-    if args.lm_corpus and not (root / LM_CORPUS).exists():
+    if args.lm_corpus and (root / LM_CORPUS).exists():
+        check_gzip(root / LM_CORPUS)
+    elif args.lm_corpus:
         get_verified(mirror, "11", LM_CORPUS, root / LM_CORPUS, read_md5sums(mirror, "11", False), False)
     if args.lm_corpus:
         print(f"{root / LM_CORPUS}: ready")

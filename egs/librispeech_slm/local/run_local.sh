@@ -1,17 +1,60 @@
 #!/usr/bin/env bash
-# Usage: run_local.sh LOG command [args...]
-# Runs the command here; stdout and stderr go to LOG (and a header/footer with the time and
-# exit status, as Kaldi's run.pl); returns the command's exit status.
+# Usage: run_local.sh [--gpu N] [JOB=1:N] LOG command [args...]
+# Runs the command here, as Kaldi/ESPnet's run.pl: stdout and stderr go to LOG (with a header and a
+# footer giving the time and exit status); returns non-zero when the command (or any array job) failed.
+# JOB=1:N runs N copies in parallel, each with the string JOB in LOG and in the arguments replaced by
+# its index (key-file shards: `JOB=1:4 exp/log/decode.JOB.log decode.py --keys keys.JOB`).
+# --gpu N: each job uses N GPUs; with several GPUs here, array jobs get disjoint ones in turn through
+# CUDA_VISIBLE_DEVICES (job i: the N devices after (i-1)*N, modulo the GPUs visible). Other options
+# of the Slurm launcher (--cpus, --mem, --time) are accepted and ignored.
 set -u
-[ $# -ge 2 ] || { echo "usage: $0 LOG command [args...]" >&2; exit 1; }
-log="$1"; shift
-mkdir -p "$(dirname "${log}")"
-{ echo "# $*"; echo "# started at $(date)"; } > "${log}"
-"$@" >> "${log}" 2>&1
-rc=$?
-echo "# ended (rc=${rc}) at $(date)" >> "${log}"
-if [ ${rc} -ne 0 ]; then
-    echo "$0: command failed (rc=${rc}), see ${log}:" >&2
-    tail -n 15 "${log}" >&2
+gpu=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --gpu) gpu="$2"; shift 2 ;;
+        --cpus|--mem|--time|--partition) shift 2 ;;
+        *) break ;;
+    esac
+done
+first=1; last=1; array=false
+if [[ "${1:-}" =~ ^JOB=([0-9]+):([0-9]+)$ ]]; then
+    first=${BASH_REMATCH[1]}; last=${BASH_REMATCH[2]}; array=true; shift
 fi
-exit ${rc}
+[ $# -ge 2 ] || { echo "usage: $0 [--gpu N] [JOB=1:N] LOG command [args...]" >&2; exit 1; }
+log="$1"; shift
+devices=()
+if [ "${gpu}" -gt 0 ] && [ "${array}" = true ]; then
+    if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then IFS=, read -r -a devices <<< "${CUDA_VISIBLE_DEVICES}"
+    elif command -v nvidia-smi >/dev/null; then mapfile -t devices < <(nvidia-smi -L 2>/dev/null | awk '{print NR-1}')
+    fi
+fi
+
+run_one() {  # run_one J: job J of the array
+    local j=$1 jlog="${log//JOB/$1}" args=("${@:2}")
+    [ "${array}" = true ] && args=("${args[@]//JOB/${j}}")
+    if [ ${#devices[@]} -gt 0 ]; then
+        local k ids=()
+        for ((k = 0; k < gpu; k++)); do ids+=("${devices[$(( ((j - first) * gpu + k) % ${#devices[@]} ))]}"); done
+        export CUDA_VISIBLE_DEVICES; CUDA_VISIBLE_DEVICES=$(IFS=,; echo "${ids[*]}")
+    fi
+    mkdir -p "$(dirname "${jlog}")"
+    { echo "# ${args[*]}"; echo "# started at $(date)"; } > "${jlog}"
+    "${args[@]}" >> "${jlog}" 2>&1
+    local rc=$?
+    echo "# ended (rc=${rc}) at $(date)" >> "${jlog}"
+    if [ ${rc} -ne 0 ]; then
+        echo "$0: command failed (rc=${rc}), see ${jlog}:" >&2
+        tail -n 15 "${jlog}" >&2
+    fi
+    return ${rc}
+}
+
+if [ "${array}" = false ]; then run_one 1 "$@"; exit $?; fi
+pids=()
+for ((j = first; j <= last; j++)); do run_one "${j}" "$@" & pids+=($!); done
+failed=0
+for pid in "${pids[@]}"; do wait "${pid}" || failed=$((failed + 1)); done
+if [ ${failed} -gt 0 ]; then
+    echo "$0: ${failed} of $((last - first + 1)) jobs failed (logs: ${log})" >&2; exit 1
+fi
+exit 0

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""LM scores of N-best hypotheses, one key-file shard per job, merged into slm-rescore's score cache.
+
+    score_nbest_lm.py --lm exp/lm_x --nbest 10 --keys logdir/keys.3 --cache logdir/cache.3 \
+        exp/decode/dev_clean exp/decode/test_clean
+    score_nbest_lm.py --merge 4 --cache exp/lm_cache logdir
+
+A scoring job scores the texts of the hypotheses (ranks 1..nbest) of the utterances listed in
+``--keys`` (first column; utterance ids are unique across the N-best sets) and keeps them in its own
+cache directory, so a killed job resumes. ``--merge N`` adds the scores of ``<logdir>/cache.1`` ..
+``cache.N`` to ``--cache``, the cache that ``slm-rescore --cache`` reads: rescoring then scores
+nothing itself and its outputs are those of an unsharded run.
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from slm_lm.errors import InputError
+from slm_lm.nbest import load_nbest
+from slm_lm.rescore import LMScoreCache, lm_scores
+
+
+def read_keys(path):
+    """Utterance ids of a key file (first column of each line)."""
+    try:
+        return {line.split()[0] for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()}
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the key file: {e}") from None
+
+
+def score_shard(args):
+    """Score the hypotheses of the shard's utterances into args.cache."""
+    from slm_lm.scorer import load_scorer
+
+    keys = read_keys(args.keys)
+    texts, found = [], set()
+    for d in args.nbest_dirs:
+        s = load_nbest(d, None, args.nbest)
+        for uttid, hyps in s.hyps.items():
+            if uttid in keys:
+                found.add(uttid)
+                texts += [h.text for h in hyps]
+    missing = sorted(keys - found)
+    if missing:
+        raise InputError(f"{args.keys}: {len(missing)} keys are in none of the N-best sets, e.g. {missing[:3]}")
+    scorer = load_scorer(args.lm, **({"device": args.device} if args.device else {}))
+    scores = lm_scores(scorer, texts, args.cache, progress=False)
+    print(f"{args.cache}: {len(scores)} distinct hypotheses of {len(keys)} utterances scored by {scorer.name}")
+
+
+def merge(args):
+    """Add the scores of <logdir>/cache.1..N to args.cache (one file per model)."""
+    logdir = Path(args.nbest_dirs[0])
+    per_model = {}
+    for n in range(1, args.merge + 1):
+        files = sorted((logdir / f"cache.{n}").glob("*.json"))
+        if not files:
+            raise InputError(f"{logdir}/cache.{n}: no scores (did scoring job {n} run?)")
+        for path in files:
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+                per_model.setdefault(data["model"], {}).update(data["scores"])
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise InputError(f"{path}: not an LM score cache") from None
+    for model, scores in per_model.items():
+        cache = LMScoreCache(args.cache, model)
+        cache.scores.update(scores)
+        cache.save()
+        print(f"{cache.path}: {len(cache.scores)} scores of {model} ({args.merge} shards)")
+
+
+def main(argv=None):
+    """Command line: score one shard, or merge the shards' caches."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--lm", help="LM spec (as slm-rescore --lm)")
+    p.add_argument("--nbest", type=int, default=None, help="use ranks 1..N (default: all)")
+    p.add_argument("--keys", help="key file of the shard")
+    p.add_argument("--device", default=None)
+    p.add_argument("--cache", required=True, help="score cache directory to write")
+    p.add_argument("--merge", type=int, metavar="N", help="merge <logdir>/cache.1..N into --cache")
+    p.add_argument("nbest_dirs", nargs="+", help="N-best directories (with --merge: the logdir)")
+    args = p.parse_args(argv)
+    if args.merge:
+        merge(args)
+    elif not (args.lm and args.keys):
+        p.error("--lm and --keys are needed to score a shard")
+    else:
+        score_shard(args)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except InputError as e:
+        sys.exit(f"score_nbest_lm.py: error: {e}")

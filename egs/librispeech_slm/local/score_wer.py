@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Score a decoding directory as ESPnet's asr.sh does: ``<dir>/text`` (the 1-best, from
+``<dir>/1best_recog/text``), ``<dir>/score_wer/{ref,hyp}.trn`` (sclite trn, ``words\\t(spk-uttid)``)
+and ``<dir>/score_wer/result.txt``, the WER summary (ESPnet's columns, jiwer alignments).
+
+    score_wer.py --data data/dev_clean exp/asr_x/decode_asr_asr_model_valid.acc.ave/dev_clean
+"""
+import argparse
+import sys
+from pathlib import Path
+
+from make_results import counts, read_text, table
+
+from slm_lm.errors import InputError
+from slm_lm.fileio import write_atomic
+
+
+def trn(rows, spk):
+    """sclite trn lines: `words<TAB>(spk-uttid)`, sorted by utterance."""
+    return "".join(f"{rows[u]}\t({spk.get(u, u.split('-')[0])}-{u})\n" for u in sorted(rows))
+
+
+def score_dir(decode, data):
+    """Write text, score_wer/{ref,hyp}.trn and score_wer/result.txt of one decoded set; return its counts."""
+    refs = read_text(data / "text")
+    spk = read_text(data / "utt2spk") if (data / "utt2spk").is_file() else {}
+    hyps = read_text(decode / "1best_recog" / "text")
+    c = counts(refs, hyps, decode / "1best_recog" / "text")
+    write_atomic(decode / "text", "".join(f"{u} {hyps[u]}".rstrip() + "\n" for u in sorted(hyps)))
+    write_atomic(decode / "score_wer" / "ref.trn", trn(refs, spk))
+    write_atomic(decode / "score_wer" / "hyp.trn", trn(hyps, spk))
+    write_atomic(decode / "score_wer" / "result.txt", "\n".join(table(f"WER, {decode.name}", [("Sum/Avg", c)])))
+    return c
+
+
+def main(argv=None):
+    """Command line: score the given decoding directories against one data directory."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data", required=True, help="data directory with text (and utt2spk)")
+    p.add_argument("dirs", nargs="+", help="decoding directories with 1best_recog/text")
+    args = p.parse_args(argv)
+    for d in args.dirs:
+        c = score_dir(Path(d), Path(args.data))
+        print(f"{d}: WER {c['Err']:.2f} % ({c['Snt']} utterances, {c['Wrd']} words)")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except InputError as e:
+        sys.exit(f"score_wer.py: error: {e}")
