@@ -105,34 +105,30 @@ def test_espnet_batch_becomes_sentence_input():
 
 
 def test_kinds_registered_explicitly_not_on_import(tmp_path):
-    """In a fresh process: importing slm_lm's ESPnet modules leaves ESPnet's tables alone;
-    `register_kinds()` adds `--lm slm|clm|mlm|bilm` and `--model slm_lm` to ESPnet's own LMTask parser
-    and is idempotent; a process that only builds a model (as ESPnet's per-GPU spawned workers do)
-    gets the kinds from `SlmLMTask.build_model`."""
+    """In a fresh process: importing slm_lm's ESPnet modules leaves ESPnet's tables alone; a process that
+    only builds a model (as ESPnet's per-GPU spawned workers do) gets the kinds from
+    `SlmLMTask.build_model`; `register_kinds()` is idempotent and ESPnet's own LMTask parser then takes
+    `--lm slm|clm|mlm|bilm --model slm_lm`."""
     code = """
-import argparse
+import argparse, sys
 from espnet2.tasks.lm import LMTask, lm_choices, model_choices
 import slm_lm.espnet_lm.task, slm_lm.bin.lm_train, slm_lm.bin.asr_inference, slm_lm.bin.lm_calc_perplexity
 assert 'slm' not in lm_choices.classes and 'slm_lm' not in model_choices.classes, 'registered on import'
-from slm_lm.espnet_lm.registry import register_kinds
-register_kinds(); register_kinds()
-for kind in ('slm', 'clm', 'mlm', 'bilm'):
-    args = LMTask.get_parser().parse_args(['--lm', kind, '--model', 'slm_lm', '--token_list', 'x', '--output_dir', 'y'])
-    assert (args.lm, args.model) == (kind, 'slm_lm')
-"""
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
-    worker = """
-import argparse, sys
 from slm_lm.espnet_lm.task import SlmLMTask
 from slm_lm.espnet_lm.espnet_model import SlmESPnetLanguageModel
 args = argparse.Namespace(lm='slm', lm_conf={'size': 'tiny'}, model='lm', model_conf={}, token_list=sys.argv[1],
                           init=None, config=None)
 model = SlmLMTask.build_model(args)
 assert isinstance(model, SlmESPnetLanguageModel) and args.model == 'slm_lm', (type(model), args.model)
+from slm_lm.espnet_lm.registry import register_kinds
+register_kinds()
+for kind in ('slm', 'clm', 'mlm', 'bilm'):
+    args = LMTask.get_parser().parse_args(['--lm', kind, '--model', 'slm_lm', '--token_list', 'x', '--output_dir', 'y'])
+    assert (args.lm, args.model) == (kind, 'slm_lm')
 """
     tokens = tmp_path / "tokens.txt"
     tokens.write_text("<blank>\n<unk>\n\u2581A\n<mask>\n<sos/eos>\n")
-    subprocess.run([sys.executable, "-c", worker, str(tokens)], check=True, cwd=REPO)
+    subprocess.run([sys.executable, "-c", code, str(tokens)], check=True, cwd=REPO)
 
 
 def test_register_refuses_a_name_espnet_uses_for_another_class(monkeypatch):
