@@ -55,6 +55,10 @@ def test_micro_all_stages(micro):
     # training logs ESPnet-style in the experiment directories
     assert "epoch results" in next((work / "exp").glob("asr_*/train.log")).read_text()
     assert (work / "exp" / "lm_slm" / "train.log").exists()
+    # --ngpu N > 1 trains with DDP: both trainings get ESPnet's --multiprocessing_distributed true
+    # (ESPnet turns it off by itself with 0 or 1 GPU); run_local.sh logs the command on the first line
+    for log in (next((work / "exp").glob("asr_*/train.log")), work / "exp" / "lm_slm" / "train.log"):
+        assert "--multiprocessing_distributed true" in log.read_text().splitlines()[0], log
     # Kaldi-style data dirs, sorted and consistent
     for s in ("train", "dev", "dev_clean", "dev_other", "test_clean", "test_other"):
         d = work / "data" / s

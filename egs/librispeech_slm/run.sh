@@ -32,6 +32,8 @@ asr_config=            # default: conf/train_asr.yaml, conf/train_asr_mini.yaml 
 decode_config=        # default: conf/decode_asr.yaml (conf/decode_asr_micro.yaml with --micro true)
 asr_train_args=        # extra options for espnet2.bin.asr_train (e.g. "--max_epoch 1")
 lm_train_args=         # extra options for slm_lm.bin.lm_train
+fusion_lm=             # e.g. clm: decode with that stage-5 LM fused in the beam (weight: lm_weight of
+                       # --decode_config, e.g. conf/decode_asr_lm.yaml); bidirectional kinds are refused
 train_threads=         # CPU threads of a training job (default: --nj)
 bpe_size=              # default: 5000 (LibriSpeech), 300 (mini), 100 (micro)
 lm_corpus=             # mini: bible (default) or gutenberg (../shared/data/text when present)
@@ -43,7 +45,8 @@ lambda_range="0:5:0.1"
 cmd_backend=local      # local | slurm (see cmd.sh)
 help_message="Usage: $0 [--stage N] [--stop_stage N] [--mini true|false] [--micro true|false]
   [--ngpu N] [--nj N] [--workdir DIR] [--librispeech_dir DIR] [--mirror URL|DIR]
-  [--lm_kinds 'slm clm mlm bilm'] [--asr_config YAML] [--bpe_size N] [--cmd_backend local|slurm]"
+  [--lm_kinds 'slm clm mlm bilm'] [--asr_config YAML] [--bpe_size N] [--cmd_backend local|slurm]
+  [--fusion_lm clm --decode_config conf/decode_asr_lm.yaml]"
 
 . ./local/parse_options.sh
 # The repository's Python environment (.venv): created on first use, a quick no-op when up to date.
@@ -83,7 +86,7 @@ exp="${workdir}/exp"
 mkdir -p "${exp}/logs" "${exp}/.done"
 token_dir="${data}/token_list/bpe${bpe_size}"
 asr_exp="${exp}/asr_$(basename "${asr_config}" .yaml)"
-decode_dir="${asr_exp}/$(basename "${decode_config}" .yaml)"   # ESPnet: <asr_exp>/<inference_tag>
+decode_dir="${asr_exp}/$(basename "${decode_config}" .yaml)${fusion_lm:+_lm_${fusion_lm}}"   # ESPnet: <asr_exp>/<inference_tag>
 under() { echo "$1" | tr '-' '_'; }
 eval_sets=""; for p in ${dev_parts} ${test_parts}; do eval_sets+=" $(under "${p}")"; done
 [ "${ngpu}" -gt 0 ] && device=cuda || device=cpu
@@ -191,7 +194,7 @@ if run_stage 4 asr_train; then
     fi
     # --resume true: a killed training continues from ${asr_exp}/checkpoint.pth
     OMP_NUM_THREADS="${train_threads:-${nj}}" ${cuda_cmd} "${asr_exp}/train.log" \
-        python -m espnet2.bin.asr_train "${common[@]}" --ngpu "${ngpu}" --resume true \
+        python -m espnet2.bin.asr_train "${common[@]}" --ngpu "${ngpu}" --multiprocessing_distributed true --resume true \
         --train_shape_file "${stats}/train/speech_shape" --train_shape_file "${stats}/train/text_shape" \
         --valid_shape_file "${stats}/valid/speech_shape" --valid_shape_file "${stats}/valid/text_shape" \
         --normalize global_mvn --normalize_conf "stats_file=${stats}/train/feats_stats.npz" \
@@ -206,7 +209,7 @@ if run_stage 5 lm_train; then
         conf="$(lm_conf "${kind}")"
         need 5 "${conf}"
         OMP_NUM_THREADS="${train_threads:-${nj}}" ${cuda_cmd} "${exp}/lm_${kind}/train.log" \
-            python -m slm_lm.bin.lm_train --config "${conf}" --ngpu "${ngpu}" --resume true \
+            python -m slm_lm.bin.lm_train --config "${conf}" --ngpu "${ngpu}" --multiprocessing_distributed true --resume true \
             --token_list "${token_dir}/tokens.txt" --bpemodel "${token_dir}/bpe.model" --token_type bpe \
             --train_data_path_and_name_and_type "${data}/lm/train/text,text,text" \
             --train_shape_file "${data}/lm/train/text_shape" \
@@ -219,12 +222,17 @@ fi
 
 if run_stage 6 decode; then
     need 4 "${asr_exp}/valid.acc.ave.pth"
+    fusion=()
+    if [ -n "${fusion_lm}" ]; then
+        need 5 "${exp}/lm_${fusion_lm}/valid.loss.ave.pth"
+        fusion=(--lm-config "${exp}/lm_${fusion_lm}/config.yaml" --lm-file "${exp}/lm_${fusion_lm}/valid.loss.ave.pth")
+    fi
     for s in ${eval_sets}; do
         need 1 "${data}/${s}/wav.scp"
         ${decode_cmd} "${stage_log%.log}_${s}.log" python local/decode_nbest.py \
             --asr-config "${asr_exp}/config.yaml" --asr-model "${asr_exp}/valid.acc.ave.pth" \
             --decode-config "${decode_config}" --data "${data}/${s}" \
-            --out "${decode_dir}/${s}" --nj "${nj}" --device "${device}"
+            --out "${decode_dir}/${s}" --nj "${nj}" --device "${device}" ${fusion[@]+"${fusion[@]}"}
     done
     finish_stage 6
 fi

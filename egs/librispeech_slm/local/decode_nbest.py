@@ -10,6 +10,10 @@ writes ESPnet's layout ``<out>/<k>best_recog/{text,token,token_int,score}`` for 
 of decoded tokens including the end of sentence, what ESPnet's length-bonus scorer sums), which
 ESPnet itself does not write. ``<out>/score_wer/ref.trn`` holds the references (sclite trn).
 
+With ``--lm-config exp/lm_clm/config.yaml --lm-file exp/lm_clm/valid.loss.ave.pth`` the LM is fused in
+the beam (shallow fusion, weight ``lm_weight`` of the decode config; the slm_lm kinds are registered
+first, and only the clm kind is accepted: the others are bidirectional). The ``scores`` then hold "lm" too.
+
 The utterances are split over ``--nj`` worker processes (one thread each). Every finished
 utterance is appended to ``<out>/logdir/output.<n>/partial.jsonl``, so a killed run resumes
 where it stopped; the final files are written atomically once all utterances are done.
@@ -81,6 +85,11 @@ def decode_job(job):
     os.replace(tmp, partial)
     with open(args["decode_config"], encoding="utf-8") as f:
         conf = yaml.safe_load(f) or {}
+    if args["lm_config"]:  # shallow fusion with an slm_lm clm (its weight: lm_weight of the decode config)
+        from slm_lm.espnet_lm.registry import register_kinds
+
+        register_kinds()
+        conf.update(lm_train_config=args["lm_config"], lm_file=args["lm_file"])
     s2t = Speech2Text(asr_train_config=args["asr_config"], asr_model_file=args["asr_model"],
                       device=args["device"], **conf)
     eos = s2t.asr_model.eos
@@ -140,9 +149,21 @@ def main(argv=None):
     p.add_argument("--out", required=True)
     p.add_argument("--nj", type=int, default=1)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--lm-config", help="shallow-fusion LM: an ESPnet LM exp's config.yaml (slm_lm clm or ESPnet's)")
+    p.add_argument("--lm-file", help="its weights (with --lm-config)")
     args = p.parse_args(argv)
+    if bool(args.lm_config) != bool(args.lm_file):
+        raise InputError("--lm-config and --lm-file go together")
+    if args.lm_config:
+        from slm_lm.bin.asr_inference import check_fusion_lm
 
-    for path in (args.asr_config, args.asr_model, args.decode_config):
+        check_fusion_lm(args.lm_config, args.asr_config)
+        with open(args.decode_config, encoding="utf-8") as f:
+            if not (yaml.safe_load(f) or {}).get("lm_weight", 1.0):
+                raise InputError(f"{args.decode_config}: lm_weight is 0, so --lm-config would not be used: "
+                                 "give a decode config with lm_weight > 0")
+
+    for path in (args.asr_config, args.asr_model, args.decode_config, *filter(None, [args.lm_config, args.lm_file])):
         if not Path(path).is_file():
             raise InputError(f"{path}: not found (run the ASR training stage first)")
     data = Path(args.data)
@@ -168,6 +189,7 @@ def main(argv=None):
         progress = manager.Queue()
         shared = {"asr_config": args.asr_config, "asr_model": args.asr_model, "device": args.device,
                   "decode_config": args.decode_config, "data": str(data), "out": str(out),
+                  "lm_config": args.lm_config, "lm_file": args.lm_file,
                   "progress": progress}
         with ProcessPoolExecutor(nj, mp_context=ctx) as ex, \
                 tqdm(total=len(uttids), initial=len(uttids) - len(todo),
