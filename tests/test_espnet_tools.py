@@ -177,7 +177,9 @@ def test_asr_sh_flow_decode_then_rescore(asr_exp, tmp_path):
         "--data_path_and_name_and_type", f"{asr_exp / 'wav.scp'},speech,sound", "--output_dir", str(decode),
     ], check=True, cwd=tmp_path, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
     for k in (1, 2, 3):
-        assert sorted((decode / f"{k}best_recog" / "text").read_text().split("\n")[:-1]) != []
+        assert (decode / f"{k}best_recog" / "score").exists(), k
+    ids = [line.split(maxsplit=1)[0] for line in (decode / "1best_recog" / "text").read_text().splitlines()]
+    assert sorted(ids) == sorted(UTTERANCES)
     rescore(["--dev", str(decode), "--dev-ref", str(asr_exp / "text"), "--lm", str(asr_exp / "lm_slm"),
              "--nbest", "3", "--lambda-range", "0:1:0.5", "--no-progress", "--out", str(tmp_path / "rescore")])
     assert (tmp_path / "rescore" / "RESULTS.md").exists()
