@@ -1,7 +1,8 @@
 """Sentencepiece BPE pieces mapped onto an ESPnet token list (`tokens.txt`).
 
 Token-list layout (ESPnet, with sos = eos = the last index): ``<blank>`` (0, padding), ``<unk>`` (1),
-the sentencepiece pieces, ``<mask>`` (V-2), ``<sos/eos>`` (V-1).  Text is encoded as it is given:
+the sentencepiece pieces, ``<mask>`` (V-2), ``<sos/eos>`` (V-1). ``<mask>`` is used only by the sliding
+and masked LMs; a list without it (as ESPnet's asr.sh writes) is valid too.  Text is encoded as it is given:
 normalise it first (`slm_lm.text_norm.normalize_librispeech`) as the training text was.
 """
 
@@ -16,13 +17,15 @@ from slm_lm.fileio import write_atomic
 __all__ = ["Tokenizer", "read_token_list", "check_token_list", "BLANK", "UNK", "MASK", "SOS_EOS"]
 
 BLANK, UNK, MASK, SOS_EOS = "<blank>", "<unk>", "<mask>", "<sos/eos>"
-_LAYOUT = ((0, BLANK), (1, UNK), (-1, SOS_EOS), (-2, MASK))
+_LAYOUT = ((0, BLANK), (1, UNK), (-1, SOS_EOS))
 
 
 def check_token_list(tokens: list, source: str = "token list") -> list:
-    """Check the slm_lm layout (specials in place, no empty or duplicate tokens); returns `tokens`."""
-    if len(tokens) < 5:
-        raise InputError(f"{source}: {len(tokens)} tokens; expected {BLANK}, {UNK}, pieces, {MASK}, {SOS_EOS}")
+    """Check the layout (specials in place, `<mask>` second to last if present, no empty or duplicate
+    tokens); returns `tokens`."""
+    layout = f"layout is {BLANK}, {UNK}, pieces..., [{MASK},] {SOS_EOS}"
+    if len(tokens) < 4:
+        raise InputError(f"{source}: {len(tokens)} tokens; {layout}")
     seen = {}
     for line, token in enumerate(tokens, 1):
         if not token or token != token.strip() or " " in token:
@@ -35,7 +38,9 @@ def check_token_list(tokens: list, source: str = "token list") -> list:
             where = seen.get(expected)
             found = f"it is on line {where}" if where else "it is missing"
             raise InputError(f"{source}:{index % len(tokens) + 1}: expected {expected!r} here, found "
-                             f"{tokens[index]!r} ({found}); layout is {BLANK}, {UNK}, pieces..., {MASK}, {SOS_EOS}")
+                             f"{tokens[index]!r} ({found}); {layout}")
+    if seen.get(MASK, len(tokens) - 1) != len(tokens) - 1:
+        raise InputError(f"{source}:{seen[MASK]}: {MASK} must be second to last (line {len(tokens) - 1}); {layout}")
     return tokens
 
 
@@ -70,7 +75,7 @@ class Tokenizer:
         index = {token: i for i, token in enumerate(self.token_list)}
         self.vocab_size = len(self.token_list)
         self.pad_id, self.unk_id = 0, 1
-        self.mask_id = self.vocab_size - 2
+        self.mask_id = self.vocab_size - 2 if self.token_list[-2] == MASK else None
         self.bos_id = self.eos_id = self.vocab_size - 1
         self._sp_unk = self.sp.unk_id()
         self._to_id, missing = [], []
@@ -86,7 +91,8 @@ class Tokenizer:
             raise InputError(f"{bpe_model}: {len(missing)} pieces of the sentencepiece model are not in the "
                              f"token list (first: {missing[:5]}); the two files do not belong together")
         self._to_sp = {our: sp_id for sp_id, our in enumerate(self._to_id) if our != self.unk_id}
-        extra = [t for i, t in enumerate(self.token_list[2:-2], 2) if i not in self._to_sp]
+        pieces_end = -1 if self.mask_id is None else -2
+        extra = [t for i, t in enumerate(self.token_list[2:pieces_end], 2) if i not in self._to_sp]
         if extra:
             raise InputError(f"{bpe_model}: {len(extra)} tokens of the token list are not pieces of the "
                              f"sentencepiece model (first: {extra[:5]}); the two files do not belong together")

@@ -104,20 +104,42 @@ def test_espnet_batch_becomes_sentence_input():
     assert lengths.tolist() == [5, 3, 2]
 
 
-def test_kinds_registered_in_espnet_lm_choices():
-    """`--lm slm` etc. parse with our CLI and with ESPnet's own LMTask parser (shared lm_choices)."""
-    from espnet2.tasks.lm import LMTask
+def test_kinds_registered_explicitly_not_on_import(tmp_path):
+    """In a fresh process: importing slm_lm's ESPnet modules leaves ESPnet's tables alone; a process that
+    only builds a model (as ESPnet's per-GPU spawned workers do) gets the kinds from
+    `SlmLMTask.build_model`; `register_kinds()` is idempotent and ESPnet's own LMTask parser then takes
+    `--lm slm|clm|mlm|bilm|tta --model slm_lm`."""
+    code = """
+import argparse, sys
+from espnet2.tasks.lm import LMTask, lm_choices, model_choices
+import slm_lm.espnet_lm.task, slm_lm.bin.lm_train, slm_lm.bin.asr_inference, slm_lm.bin.lm_calc_perplexity
+assert 'slm' not in lm_choices.classes and 'slm_lm' not in model_choices.classes, 'registered on import'
+from slm_lm.espnet_lm.task import SlmLMTask
+from slm_lm.espnet_lm.espnet_model import SlmESPnetLanguageModel
+args = argparse.Namespace(lm='slm', lm_conf={'size': 'tiny'}, model='lm', model_conf={}, token_list=sys.argv[1],
+                          init=None, config=None)
+model = SlmLMTask.build_model(args)
+assert isinstance(model, SlmESPnetLanguageModel) and args.model == 'slm_lm', (type(model), args.model)
+from slm_lm.espnet_lm.registry import register_kinds
+register_kinds()
+for kind in ('slm', 'clm', 'mlm', 'bilm', 'tta'):
+    args = LMTask.get_parser().parse_args(['--lm', kind, '--model', 'slm_lm', '--token_list', 'x', '--output_dir', 'y'])
+    assert (args.lm, args.model) == (kind, 'slm_lm')
+"""
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("<blank>\n<unk>\n\u2581A\n<mask>\n<sos/eos>\n")
+    subprocess.run([sys.executable, "-c", code, str(tokens)], check=True, cwd=REPO)
 
-    from slm_lm.bin.lm_train import get_parser
-    from slm_lm.espnet_lm.lm import SlmLMForESPnet
 
-    for parser in (get_parser(), LMTask.get_parser()):
-        for kind in ("slm", "clm", "mlm", "bilm", "tta"):
-            args = parser.parse_args(["--lm", kind, "--token_list", "x", "--output_dir", "y"])
-            assert args.lm == kind
+def test_register_refuses_a_name_espnet_uses_for_another_class(monkeypatch):
+    from espnet2.lm.transformer_lm import TransformerLM
     from espnet2.tasks.lm import lm_choices
 
-    assert all(issubclass(lm_choices.get_class(k), SlmLMForESPnet) for k in ("slm", "clm", "mlm", "bilm", "tta"))
+    from slm_lm.espnet_lm.registry import register_kinds
+
+    monkeypatch.setitem(lm_choices.classes, "clm", TransformerLM)
+    with pytest.raises(RuntimeError, match="--lm clm is already espnet2.lm.transformer_lm.TransformerLM"):
+        register_kinds()
 
 
 def test_shipped_configs_parse_and_hold_paper_hyper_parameters(tmp_path):
@@ -249,13 +271,26 @@ def test_missing_token_list(data, tmp_path):
     expect_input_error(args, "nope/tokens.txt", "cannot read the token list")
 
 
-def test_token_list_without_slm_layout(data, tmp_path):
+def test_asr_sh_token_list_without_mask(data, tmp_path):
+    """A token list as ESPnet's asr.sh writes it (no <mask>): the clm keeps it as it is (so its ids are
+    the ASR's); slm and mlm get <mask> inserted before <sos/eos> (the other ids unchanged); a misplaced
+    <mask> is an error naming the line. Checked with ESPnet's --dry_run (model built, config.yaml saved)."""
     tokens = (data["root"] / "tok" / "tokens.txt").read_text().splitlines()
+    asr_tokens = tokens[:-2] + tokens[-1:]
+    plain = tmp_path / "asr_tokens.txt"
+    plain.write_text("\n".join(asr_tokens) + "\n")
+    for kind, expected in (("clm", asr_tokens), ("bilm", asr_tokens), ("slm", tokens), ("mlm", tokens)):
+        out = tmp_path / kind
+        args = train_args(data, out, kind=kind, extra=["--dry_run", "true"])
+        args[args.index("--token_list") + 1] = str(plain)
+        train(args)
+        config = yaml.safe_load((out / "config.yaml").read_text())
+        assert (config["token_list"], config["model"]) == (expected, "slm_lm"), kind
     bad = tmp_path / "tokens.txt"
-    bad.write_text("\n".join(tokens[:-2] + tokens[-1:]) + "\n")  # <mask> missing
+    bad.write_text("\n".join(asr_tokens[:2] + ["<mask>"] + asr_tokens[2:]) + "\n")
     args = train_args(data, tmp_path / "x")
     args[args.index("--token_list") + 1] = str(bad)
-    expect_input_error(args, str(bad), "<mask>")
+    expect_input_error(args, f"{bad}:3", "<mask> must be second to last")
 
 
 @pytest.mark.parametrize(

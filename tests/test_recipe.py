@@ -73,6 +73,11 @@ def test_micro_all_stages(micro):
     assert sorted(p.name for p in (stats / "logdir").glob("stats.*.log")) == ["stats.1.log", "stats.2.log"]
     shapes = (stats / "train" / "speech_shape").read_text().splitlines()
     assert len(shapes) == len((work / "data" / "train" / "wav.scp").read_text().splitlines())
+    # --ngpu N > 1 trains with DDP: both trainings get ESPnet's --multiprocessing_distributed true
+    # (ESPnet turns it off by itself with 0 or 1 GPU); run_local.sh logs the command on the first line
+    for d in ("asr_train_asr_mini_raw_en_bpe100", "lm_train_lm_slm_mini_en_bpe100"):
+        log = exp / d / "train.log"
+        assert "--multiprocessing_distributed true" in log.read_text().splitlines()[0], log
     # Kaldi-style data dirs, sorted and consistent
     for s in ("train", "dev", "dev_clean", "dev_other", "test_clean", "test_other"):
         d = work / "data" / s

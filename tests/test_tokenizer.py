@@ -87,8 +87,13 @@ def test_token_list_errors(bpe_dir, tmp_path):
 
     with pytest.raises(InputError, match=r"tokens.txt:\d+: expected '<sos/eos>' here.*missing"):
         read_token_list(write(tokens[:-1]))
-    with pytest.raises(InputError, match=r"expected '<mask>' here.*missing"):
-        read_token_list(write(tokens[:-2] + tokens[-1:]))
+    with pytest.raises(InputError, match=r"tokens.txt:3: <mask> must be second to last"):
+        read_token_list(write(tokens[:2] + ["<mask>"] + tokens[2:-2] + tokens[-1:]))
+    # ESPnet asr.sh's layout, without <mask>, is valid: no mask id, and the last piece is a piece
+    no_mask = Tokenizer(bpe_dir / "bpe.model", read_token_list(write(tokens[:-2] + tokens[-1:])))
+    assert no_mask.mask_id is None and no_mask.eos_id == len(tokens) - 2
+    last_piece = len(tokens) - 3
+    assert no_mask.decode([last_piece]) == tokens[last_piece].replace("\u2581", " ").strip() != ""
     dup = tokens[:5] + [tokens[3]] + tokens[5:]
     with pytest.raises(InputError, match=r"tokens.txt:6: duplicate token .* \(first on line 4\)"):
         read_token_list(write(dup))

@@ -38,6 +38,8 @@ decode_config=         # default: conf/decode_asr.yaml (conf/decode_asr_micro.ya
 inference_tag=         # decoding directory name (default: <decode config>_asr_model_valid.acc.ave)
 asr_train_args=        # extra options for espnet2.bin.asr_train (e.g. "--max_epoch 1")
 lm_train_args=         # extra options for slm_lm.bin.lm_train
+fusion_lm=             # e.g. clm: decode with that stage-5 LM fused in the beam (weight: lm_weight of
+                       # --decode_config, e.g. conf/decode_asr_lm.yaml); bidirectional kinds are refused
 train_threads=         # CPU threads of a training job (default: --nj)
 bpe_size=              # default: 5000 (LibriSpeech), 300 (mini), 100 (micro)
 speed_perturb_factors=default  # ESPnet's: train on data/train_sp, one copy per factor; default:
@@ -55,9 +57,12 @@ help_message="Usage: $0 [options]
                              finished identical work (same command and inputs) is reused
   --mini true|false          offline mini corpus (default) or LibriSpeech-960 (--librispeech_dir DIR,
                              --mirror URL|DIR); --micro true: the CI smoke run
-  --lm_kinds 'slm clm mlm bilm'  --lm_size small|base  --asr_config YAML  --decode_config YAML
+  --lm_kinds 'slm clm mlm bilm tta'  --lm_size small|base  --asr_config YAML  --decode_config YAML
   --bpe_size N  --speed_perturb_factors '0.9 1.0 1.1'  --inference_tag NAME  --workdir DIR  --asr_train_args '...'  --lm_train_args '...'
-  --ngpu N                   GPUs per training job; decoding and LM scoring use 1 GPU per job if N > 0
+  --fusion_lm clm            decode with stage 5's clm fused in the beam (shallow fusion; its weight:
+                             lm_weight of --decode_config, e.g. conf/decode_asr_lm.yaml)
+  --ngpu N                   GPUs per training job (DDP, --multiprocessing_distributed true); decoding
+                             and LM scoring use 1 GPU per job if N > 0
   --nj N                     key-file shards (JOB=1:N jobs) of collect-stats, decoding and LM scoring
   --cmd_backend local|slurm  local: jobs run here, in parallel; slurm: sbatch --wait, JOB=1:N as
                              job arrays (--array=1-N), GPUs as --gres=gpu:N (cmd.sh, local/run_slurm.sh)
@@ -117,7 +122,7 @@ asr_exp="${exp}/asr_$(basename "${asr_config}" .yaml)_raw_en_bpe${bpe_size}${sp}
 asr_stats="${exp}/asr_stats_raw_en_bpe${bpe_size}${sp}"
 lm_exp() { echo "${exp}/lm_$(basename "$(lm_conf "$1")" .yaml)_en_bpe${bpe_size}"; }
 asr_model=valid.acc.ave.pth
-: "${inference_tag:=$(basename "${decode_config}" .yaml)_asr_model_${asr_model%.pth}}"
+: "${inference_tag:=$(basename "${decode_config}" .yaml)${fusion_lm:+_lm_$(basename "$(lm_exp "${fusion_lm}")")}_asr_model_${asr_model%.pth}}"
 decode_dir="${asr_exp}/${inference_tag}"                  # <set>/<k>best_recog, <set>/score_wer
 rescore_dir() { echo "${decode_dir}_rescore_$(basename "$(lm_exp "$1")")"; }   # one per LM
 under() { echo "$1" | tr '-' '_'; }
@@ -294,7 +299,8 @@ if run_stage 4 asr_train; then
             "${asr_stats}/train/speech_shape" "${asr_stats}/valid/speech_shape"
     fi
     # the training command, in one place; --resume true: a killed training continues from checkpoint.pth
-    asr_train=(python -m espnet2.bin.asr_train "${common[@]}" --ngpu "${ngpu}" --resume true
+    asr_train=(python -m espnet2.bin.asr_train "${common[@]}" --ngpu "${ngpu}" --multiprocessing_distributed true
+        --resume true
         --train_shape_file "${asr_stats}/train/speech_shape" --train_shape_file "${asr_stats}/train/text_shape"
         --valid_shape_file "${asr_stats}/valid/speech_shape" --valid_shape_file "${asr_stats}/valid/text_shape"
         --normalize global_mvn --normalize_conf "stats_file=${asr_stats}/train/feats_stats.npz"
@@ -315,7 +321,7 @@ if run_stage 5 lm_train; then
         need 5 "${conf}"
         lm_dir="$(lm_exp "${kind}")"
         # the training command, in one place; --resume true: a killed training continues
-        lm_train=(python -m slm_lm.bin.lm_train --config "${conf}" --ngpu "${ngpu}" --resume true
+        lm_train=(python -m slm_lm.bin.lm_train --config "${conf}" --ngpu "${ngpu}" --multiprocessing_distributed true --resume true
             --token_list "${token_dir}/tokens.txt" --bpemodel "${token_dir}/bpe.model" --token_type bpe
             --train_data_path_and_name_and_type "${data}/lm/train/text,text,text"
             --train_shape_file "${data}/lm/train/text_shape"
@@ -334,11 +340,16 @@ fi
 
 if run_stage 6 decode; then
     need 4 "${asr_exp}/${asr_model}"
+    fusion=()
+    if [ -n "${fusion_lm}" ]; then
+        need 5 "$(lm_exp "${fusion_lm}")/valid.loss.ave.pth"
+        fusion=(--lm-config "$(lm_exp "${fusion_lm}")/config.yaml" --lm-file "$(lm_exp "${fusion_lm}")/valid.loss.ave.pth")
+    fi
     for s in ${eval_sets}; do
         need 1 "${data}/${s}/wav.scp"
         dir="${decode_dir}/${s}"; logdir="${dir}/logdir"
         decode=(python local/decode_nbest.py --asr-config "${asr_exp}/config.yaml"
-                --asr-model "${asr_exp}/${asr_model}" --decode-config "${decode_config}" --data "${data}/${s}")
+                --asr-model "${asr_exp}/${asr_model}" --decode-config "${decode_config}" --data "${data}/${s}" ${fusion[@]+"${fusion[@]}"})
         desc=$(work "${decode[@]}" "${data}/${s}/wav.scp" "${data}/${s}/text")
         if ! reuse "${dir}" "${desc}"; then
             set_aside "${dir}"

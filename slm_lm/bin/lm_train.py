@@ -1,6 +1,8 @@
 """slm-lm-train: ESPnet LM training (same CLI as `espnet2.bin.lm_train`) with `--lm slm|clm|mlm|bilm|tta`.
 
-Example:
+`--ngpu N --multiprocessing_distributed true` trains with DistributedDataParallel on N GPUs (without
+it ESPnet falls back to DataParallel); multi-node jobs go through ESPnet's launcher
+(`python -m espnet2.bin.launch --num_nodes M ...`, see the recipe README). Example:
     slm-lm-train --config conf/train_lm_slm_mini.yaml --token_list tokens.txt --bpemodel bpe.model \
         --token_type bpe --train_data_path_and_name_and_type dump/train/text,text,text \
         --train_shape_file dump/train/text_shape --valid_data_path_and_name_and_type dump/dev/text,text,text \

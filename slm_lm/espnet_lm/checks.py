@@ -7,11 +7,13 @@ from dataclasses import fields
 
 from slm_lm.config import SIZES, LMConfig
 from slm_lm.errors import InputError
-from slm_lm.tokenizer import check_token_list
+from slm_lm.tokenizer import MASK, check_token_list
 from slm_lm.tokenizer import read_token_list as read_tokens_file
 
 # Tokens an utterance takes beyond its pieces: <sos/eos> on both sides.
 BOUNDARY_TOKENS = 2
+# The kinds whose models use the <mask> token (the SLM's query stream, the MLM's masked positions).
+MASK_KINDS = ("slm", "mlm", "tta")
 
 
 def config_source(args: argparse.Namespace) -> str:
@@ -24,6 +26,15 @@ def read_token_list(token_list) -> list:
     if isinstance(token_list, (list, tuple)):
         return check_token_list(list(token_list), "token_list")
     return read_tokens_file(token_list)
+
+
+def kind_token_list(kind: str, token_list) -> list:
+    """The token list an LM of `kind` trains with: `token_list` checked; for the kinds that use `<mask>`,
+    it is inserted before `<sos/eos>` when missing (an asr.sh token list). The other ids do not move."""
+    tokens = read_token_list(token_list)
+    if kind in MASK_KINDS and tokens[-2] != MASK:
+        tokens = [*tokens[:-1], MASK, tokens[-1]]
+    return tokens
 
 
 def lm_config(kind: str, vocab_size: int, lm_conf: dict, where: str) -> LMConfig:

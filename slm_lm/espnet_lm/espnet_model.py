@@ -1,7 +1,9 @@
-"""The ESPnet model (`AbsESPnetModel`) that trains an slm_lm LM with its kind's objective."""
+"""The ESPnet model (`--model slm_lm`) that trains an slm_lm LM with its kind's objective and scores text."""
+from typing import Optional
+
 import torch
+from espnet2.lm.espnet_model import ESPnetLanguageModel
 from espnet2.torch_utils.device_funcs import force_gatherable
-from espnet2.train.abs_espnet_model import AbsESPnetModel
 
 from slm_lm.espnet_lm.lm import SlmLMForESPnet
 
@@ -20,17 +22,26 @@ def sentence_batch(text: torch.Tensor, text_lengths: torch.Tensor, eos_id: int):
     return tokens, text_lengths + 2
 
 
-class SlmESPnetLanguageModel(AbsESPnetModel):
+class SlmESPnetLanguageModel(ESPnetLanguageModel):
     """loss = the kind's summed cross-entropy / predicted tokens; weight = predicted tokens.
 
-    The LM is kept as `self.lm` (as in ESPnet's `ESPnetLanguageModel`), so parameter names are
-    `lm.backbone.*` in ESPnet checkpoints.
+    An `ESPnetLanguageModel` (ESPnet's LM task builds it from `model: slm_lm` in config.yaml, with the
+    LM as `self.lm`, so parameter names are `lm.backbone.*`) whose `nll` is the kind's sentence score:
+    exact for slm/clm/bilm, the pseudo-log-likelihood for mlm. `lm_calc_perplexity` uses it.
     """
 
-    def __init__(self, lm: SlmLMForESPnet, vocab_size: int):
-        super().__init__()
-        self.lm = lm
-        self.eos = vocab_size - 1
+    def __init__(self, lm: SlmLMForESPnet, vocab_size: int, ignore_id: int = PAD_ID):
+        super().__init__(lm, vocab_size, ignore_id)
+
+    def nll(self, text: torch.Tensor, text_lengths: torch.Tensor, max_length: Optional[int] = None):
+        """Negative log-likelihood [B, L + 1] of each token and the end of sentence, and the lengths + 1.
+
+        As ESPnet's: padded positions are 0 and the width is `max_length + 1` when given.
+        """
+        width = int(text_lengths.max()) if max_length is None else max_length
+        tokens, lengths = sentence_batch(text[:, :width], text_lengths, self.eos)
+        nll = -self.lm.backbone.token_logprobs(tokens, lengths)[:, 1:]
+        return nll, lengths - 1
 
     def forward(self, text: torch.Tensor, text_lengths: torch.Tensor, **kwargs):
         tokens, lengths = sentence_batch(text[:, : int(text_lengths.max())], text_lengths, self.eos)
@@ -39,6 +50,3 @@ class SlmESPnetLanguageModel(AbsESPnetModel):
         stats = dict(loss=loss.detach())
         weight = torch.tensor(n_predicted, device=loss.device)
         return force_gatherable((loss, stats, weight), loss.device)
-
-    def collect_feats(self, text: torch.Tensor, text_lengths: torch.Tensor, **kwargs):
-        return {}

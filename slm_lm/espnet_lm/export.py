@@ -8,10 +8,10 @@ import yaml
 
 from slm_lm.config import KINDS
 from slm_lm.errors import InputError
-from slm_lm.espnet_lm.checks import lm_config
+from slm_lm.espnet_lm.checks import MASK_KINDS, lm_config
 from slm_lm.model_files import load_torch
 from slm_lm.models import LanguageModel, model_from_config
-from slm_lm.tokenizer import Tokenizer
+from slm_lm.tokenizer import MASK, Tokenizer
 
 # Preferred weights, best first: ESPnet's n-best average, the best epoch, the last epoch.
 CHECKPOINTS = ("valid.loss.ave.pth", "valid.loss.best.pth", "latest.pth")
@@ -55,6 +55,8 @@ def load_espnet_experiment(exp_dir, checkpoint=None):
     token_list = config.get("token_list")
     if not isinstance(token_list, list):
         raise InputError(f"{config_path}: token_list is not stored as a list of tokens")
+    if kind in MASK_KINDS and token_list[-2:-1] != [MASK]:
+        raise InputError(f"{config_path}: token_list has no {MASK} before <sos/eos>; the {kind} kind needs it")
     if not config.get("bpemodel"):
         raise InputError(f"{config_path}: no bpemodel (slm_lm LMs are trained with --token_type bpe)")
     cfg = lm_config(kind, len(token_list), config.get("lm_conf") or {}, str(config_path))

@@ -1,24 +1,24 @@
 """`SlmLMTask`: ESPnet's `LMTask` with the slm_lm kinds registered as `--lm slm|clm|mlm|bilm|tta`.
 
-Everything else (token-count batching, optimiser and scheduler from the config, AMP, `--ngpu` and
-multi-node DDP through ESPnet's launcher, `--resume`, n-best checkpoint averaging) is ESPnet's own.
-Before training, the inputs are checked so that bad ones fail at once with an `InputError` naming the
-file and line (token list, `lm_conf`/`optim_conf`/`scheduler_conf`, text and shape files).
+Everything else (token-count batching, optimiser and scheduler from the config, AMP, `--ngpu` with
+`--multiprocessing_distributed true` (DDP) and multi-node DDP through ESPnet's launcher, `--resume`,
+n-best checkpoint averaging) is ESPnet's own. Before training, the inputs are checked so that bad ones
+fail at once with an `InputError` naming the file and line (token list, `lm_conf`/`optim_conf`/
+`scheduler_conf`, text and shape files). The model is built by ESPnet's `LMTask.build_model` from
+`--lm <kind> --model slm_lm`, which config.yaml records, so ESPnet's own tools rebuild it once the
+kinds are registered (`slm_lm.espnet_lm.registry`).
 """
 import argparse
 
 import torch
 from espnet2.tasks.abs_task import optim_classes, scheduler_classes
-from espnet2.tasks.lm import LMTask, lm_choices
-from espnet2.torch_utils.initialize import initialize
+from espnet2.tasks.lm import LMTask
 from typeguard import TypeCheckError
 
 from slm_lm.errors import InputError
-from slm_lm.espnet_lm.checks import BOUNDARY_TOKENS, check_data, config_source, lm_config, read_token_list
-from slm_lm.espnet_lm.espnet_model import SlmESPnetLanguageModel
+from slm_lm.espnet_lm.checks import BOUNDARY_TOKENS, check_data, config_source, kind_token_list, lm_config
 from slm_lm.espnet_lm.lm import LM_CLASSES
-
-lm_choices.classes.update(LM_CLASSES)
+from slm_lm.espnet_lm.registry import MODEL_NAME, register_kinds
 
 POSITIVE_OPTIONS = ("max_epoch", "batch_size", "batch_bins", "accum_grad", "num_iters_per_epoch")
 
@@ -49,29 +49,38 @@ def check_options(args: argparse.Namespace) -> None:
 
 
 class SlmLMTask(LMTask):
-    """ESPnet LM task whose `--lm slm|clm|mlm|bilm|tta` train the slm_lm models with their own objective."""
+    """ESPnet LM task whose `--lm slm|clm|mlm|bilm|tta` train the slm_lm models with their own objective.
+
+    Registers the kinds itself where ESPnet starts (parser, model building), including in the processes
+    ESPnet spawns per GPU, which build the model without parsing a command line.
+    """
+
+    @classmethod
+    def get_parser(cls):
+        register_kinds()
+        return super().get_parser()
 
     @classmethod
     def build_model(cls, args: argparse.Namespace):
-        """`SlmESPnetLanguageModel` for the slm_lm kinds; ESPnet's own LMs are built as ESPnet does."""
-        if args.lm not in LM_CLASSES:
-            return super().build_model(args)
-        token_list = read_token_list(args.token_list)
-        # Saved in config.yaml as a list, as ESPnet does, so the experiment is self-contained.
-        args.token_list = token_list.copy()
-        if args.model_conf:
-            raise InputError(f"{config_source(args)}: model_conf {args.model_conf} is not used by slm_lm LMs; remove it")
-        lm_config(args.lm, len(token_list), args.lm_conf, config_source(args))
-        model = SlmESPnetLanguageModel(LM_CLASSES[args.lm](vocab_size=len(token_list), **args.lm_conf), len(token_list))
-        if args.init is not None:
-            initialize(model, args.init)
-        return model
+        """`SlmESPnetLanguageModel` for the slm_lm kinds (checked first); ESPnet's own LMs as ESPnet does."""
+        register_kinds()
+        if args.lm in LM_CLASSES:
+            # Saved in config.yaml as a list, as ESPnet does, so the experiment is self-contained.
+            args.token_list = kind_token_list(args.lm, args.token_list)
+            source = config_source(args)
+            if args.model_conf:
+                raise InputError(f"{source}: model_conf {args.model_conf} is not used by slm_lm LMs; remove it")
+            if args.model not in ("lm", MODEL_NAME):  # "lm" is ESPnet's default
+                raise InputError(f"{source}: model {args.model!r}: slm_lm LMs train as model {MODEL_NAME}")
+            args.model = MODEL_NAME
+            lm_config(args.lm, len(args.token_list), args.lm_conf, source)
+        return super().build_model(args)
 
     @classmethod
     def main_worker(cls, args: argparse.Namespace):
         """Check the inputs, then train (or collect stats) as ESPnet does."""
         if args.lm in LM_CLASSES:
-            tokens = read_token_list(args.token_list)
+            tokens = kind_token_list(args.lm, args.token_list)
             config = lm_config(args.lm, len(tokens), args.lm_conf, config_source(args))
             check_options(args)
             check_data(args, config.max_positions - BOUNDARY_TOKENS)

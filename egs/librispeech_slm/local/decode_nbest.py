@@ -15,6 +15,10 @@ are GPUs) with ``--out <set>/logdir/output.JOB``, as ESPnet's asr.sh does; ``--m
 the files of ``output.1`` .. ``output.N`` into ``<set>/<k>best_recog/`` sorted by utterance, checking
 that every utterance of the data directory was decoded exactly once.
 
+With ``--lm-config exp/lm_clm/config.yaml --lm-file exp/lm_clm/valid.loss.ave.pth`` the LM is fused in
+the beam (shallow fusion, weight ``lm_weight`` of the decode config; the slm_lm kinds are registered
+first, and only the clm kind is accepted: the others are bidirectional). The ``scores`` then hold "lm" too.
+
 One thread per job. Every finished utterance is appended to ``<out>/partial.jsonl``, so a killed job
 resumes where it stopped; the final files are written atomically once all its utterances are done.
 """
@@ -82,6 +86,11 @@ def decode(args, uttids, out):
         return done
     with open(args.decode_config, encoding="utf-8") as f:
         conf = yaml.safe_load(f) or {}
+    if args.lm_config:  # shallow fusion with an slm_lm clm (its weight: lm_weight of the decode config)
+        from slm_lm.espnet_lm.registry import register_kinds
+
+        register_kinds()
+        conf.update(lm_train_config=args.lm_config, lm_file=args.lm_file)
     s2t = Speech2Text(asr_train_config=args.asr_config, asr_model_file=args.asr_model,
                       device=args.device, **conf)
     eos = s2t.asr_model.eos
@@ -160,6 +169,8 @@ def main(argv=None):
     p.add_argument("--out", required=True)
     p.add_argument("--device", default="cpu")
     p.add_argument("--merge", type=int, metavar="N", help="merge <out>/logdir/output.1..N instead")
+    p.add_argument("--lm-config", help="shallow-fusion LM: an ESPnet LM exp's config.yaml (slm_lm clm or ESPnet's)")
+    p.add_argument("--lm-file", help="its weights (with --lm-config)")
     args = p.parse_args(argv)
 
     data = Path(args.data)
@@ -175,10 +186,20 @@ def main(argv=None):
         n = merge(out, args.merge, sorted(wavs))
         print(f"{out}: {len(wavs)} utterances, up to {n} hypotheses each, from {args.merge} shards")
         return
-    for opt in ("asr_config", "asr_model", "decode_config"):
+    for opt in ("asr_config", "asr_model", "decode_config", *(("lm_config", "lm_file") if args.lm_config else ())):
         path = getattr(args, opt)
         if not path or not Path(path).is_file():
-            raise InputError(f"--{opt.replace('_', '-')} {path}: not found (run the ASR training stage first)")
+            raise InputError(f"--{opt.replace('_', '-')} {path}: not found (run the training stage first)")
+    if bool(args.lm_config) != bool(args.lm_file):
+        raise InputError("--lm-config and --lm-file go together")
+    if args.lm_config:
+        from slm_lm.bin.asr_inference import check_fusion_lm
+
+        check_fusion_lm(args.lm_config, args.asr_config)
+        with open(args.decode_config, encoding="utf-8") as f:
+            if not (yaml.safe_load(f) or {}).get("lm_weight", 1.0):
+                raise InputError(f"{args.decode_config}: lm_weight is 0, so --lm-config would not be used: "
+                                 "give a decode config with lm_weight > 0")
     uttids = sorted(wavs)
     if args.keys:
         uttids = sorted(read_table(args.keys))

@@ -1,0 +1,46 @@
+"""ESPnet's `espnet2.bin.lm_calc_perplexity` (same options) with the slm_lm kinds registered first.
+
+Per-token perplexity with the end of sentence counted, as ESPnet computes it: exact for slm, clm and
+bilm; for mlm from the pseudo-log-likelihood. Example:
+    python -m slm_lm.bin.lm_calc_perplexity --train_config exp/lm_slm/config.yaml \
+        --model_file exp/lm_slm/valid.loss.ave.pth --data_path_and_name_and_type data/dev/text,text,text \
+        --output_dir exp/lm_slm/perplexity_dev      # writes ppl, base, utt2ppl, utt2ntokens
+"""
+import sys
+from pathlib import Path
+
+import yaml
+
+from slm_lm.config import KINDS
+from slm_lm.errors import InputError
+
+
+def check_train_config(path) -> None:
+    """An slm_lm experiment must say `model: slm_lm` (the model whose `nll` scores its kind)."""
+    try:
+        config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise InputError(f"{path}: cannot read the ESPnet config: {e}") from None
+    if isinstance(config, dict) and config.get("lm") in KINDS and config.get("model") != "slm_lm":
+        raise InputError(f"{path}: an slm_lm {config['lm']} LM with model {config.get('model')!r} (trained before "
+                         "slm_lm registered its own model): set 'model: slm_lm' in this file")
+
+
+def main(argv=None):
+    """Register the kinds, check the LM's config, then run ESPnet's perplexity tool."""
+    from espnet2.bin import lm_calc_perplexity
+
+    from slm_lm.espnet_lm.registry import register_kinds
+
+    register_kinds()
+    args = lm_calc_perplexity.get_parser().parse_args(argv)
+    if args.train_config:
+        try:
+            check_train_config(args.train_config)
+        except InputError as e:
+            sys.exit(f"slm_lm.bin.lm_calc_perplexity: error: {e}")
+    lm_calc_perplexity.main(argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""Registration of the slm_lm LM kinds in ESPnet's LM task, done explicitly, never on import.
+
+ESPnet builds LMs by name from two `ClassChoices` tables (`espnet2.tasks.lm.lm_choices` for `--lm`,
+`model_choices` for `--model`); extending them is its way of adding LM classes. `register_kinds()`
+adds `--lm slm|clm|mlm|bilm|tta` and `--model slm_lm`. Every slm_lm entry point that hands over to ESPnet
+calls it first (`slm_lm.bin.lm_train`, `slm_lm.bin.lm_calc_perplexity`, `slm_lm.bin.asr_inference`,
+`SlmLMTask.get_parser`); Python code that uses ESPnet's classes directly (e.g. `Speech2Text`) calls it
+once before building them.
+"""
+from espnet2.tasks.lm import lm_choices, model_choices
+
+from slm_lm.espnet_lm.espnet_model import SlmESPnetLanguageModel
+from slm_lm.espnet_lm.lm import LM_CLASSES
+
+MODEL_NAME = "slm_lm"
+
+
+def register_kinds() -> None:
+    """Add the slm_lm kinds to ESPnet's `--lm` choices and `SlmESPnetLanguageModel` as `--model slm_lm`.
+
+    Idempotent. A name ESPnet already uses for another class raises `RuntimeError` (no silent override).
+    """
+    for table, entries in ((lm_choices, LM_CLASSES), (model_choices, {MODEL_NAME: SlmESPnetLanguageModel})):
+        for name, cls in entries.items():
+            present = table.classes.setdefault(name, cls)
+            if present is not cls:
+                raise RuntimeError(f"ESPnet's --{table.name} {name} is already {present.__module__}."
+                                   f"{present.__qualname__}; cannot register slm_lm's {cls.__qualname__}")
