@@ -31,13 +31,18 @@ from slm_lm.tokenizer import Tokenizer
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def encode_corpus(text, tokenizer: Tokenizer, out) -> dict:
-    """Encode `text` (one normalised sentence a line) into `out` (.ids.xz); returns counts."""
+def encode_corpus(text, tokenizer: Tokenizer, out, max_sentences: int = 0) -> dict:
+    """Encode `text` (one normalised sentence a line) into `out` (.ids.xz); returns counts.
+
+    With `max_sentences`, only the first that many lines are encoded (a subset small enough to travel).
+    """
     if tokenizer.vocab_size > 65535:
         raise InputError(f"vocabulary of {tokenizer.vocab_size} does not fit uint16 ids")
     ids, sentences = [], 0
     with open(text, encoding="utf-8-sig") as handle:
         for number, line in enumerate(tqdm(handle, desc=f"encode {Path(text).name}", unit="sent"), 1):
+            if max_sentences and sentences == max_sentences:
+                break
             line = line.strip()
             if not line:
                 raise InputError(f"{text}:{number}: empty line")
@@ -148,8 +153,10 @@ def export(model, tokenizer: Tokenizer, directory, card: dict) -> None:
 class Budget:
     """Training time spent, on the wall clock or as this process's CPU time, validation left out.
 
-    `fraction` is the share of the budget spent; with `deadline` (wall-clock seconds for this process,
-    validation included) it is the larger of the two shares, so a run always ends by its deadline.
+    `share` is the share of the budget spent (the learning-rate schedule's clock). `fraction` is the
+    same, or with `deadline` (wall-clock seconds for this process, validation included) the larger of the
+    two shares: the run ends when it reaches 1, so it always ends by its deadline, and a run stopped by
+    its deadline resumes (from its checkpoint) where its schedule left off.
     """
 
     def __init__(self, seconds: float, clock: str = "wall", spent: float = 0.0, deadline: float = 0.0):
@@ -169,9 +176,12 @@ class Budget:
             self._mark = None
 
     @property
+    def share(self) -> float:
+        return (self.spent + (self._now() - self._mark if self._mark is not None else 0.0)) / self.seconds
+
+    @property
     def fraction(self) -> float:
-        spent = self.spent + (self._now() - self._mark if self._mark is not None else 0.0)
-        share = spent / self.seconds
+        share = self.share
         if self.deadline:
             share = max(share, (time.monotonic() - self._started) / self.deadline)
         return share
@@ -235,7 +245,8 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
                                  f"{train_ce:.4f}\t{valid_ce:.4f}\n")
                 state["next_valid"] = budget.spent + 60.0 * valid_every_min
                 card.update(updates=state["updates"], tokens_seen=state["tokens"], spent_minutes=budget.spent / 60,
-                            epochs=state["tokens"] / card["train_tokens_per_epoch"], valid_ce=valid_ce)
+                            epochs=state["tokens"] / card["train_tokens_per_epoch"], valid_ce=valid_ce,
+                            lr=optimizer.param_groups[0]["lr"])
                 export(model, tokenizer, out_dir / "model", card)
                 with atomic_open(checkpoint, "wb") as handle:
                     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state}, handle)
@@ -244,7 +255,7 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
                     return card
             budget.resume()
             for group in optimizer.param_groups:
-                group["lr"] = learning_rate(peak_lr, fraction, warmup)
+                group["lr"] = learning_rate(peak_lr, budget.share, warmup)
             tokens, lens = collate(train, order[state["position"]], tokenizer.eos_id, cfg.max_positions)
             with torch.autocast(dev.type, dtype=DTYPES[dtype], enabled=dtype != "float32"):
                 loss_sum, n = model.loss(tokens.to(dev, non_blocking=True), lens.to(dev, non_blocking=True))

@@ -48,6 +48,15 @@ def test_encode_names_the_bad_line(data, tmp_path):
     assert not (tmp_path / "bad.ids.xz").exists()
 
 
+def test_encode_max_sentences_keeps_the_first_lines(data, tmp_path):
+    directory, tokenizer = data
+    (tmp_path / "text.txt").write_text(TEXT)
+    pretrain_cli.main(["encode", "--bpe-dir", str(directory), "--text", str(tmp_path / "text.txt"),
+                       "--out", str(tmp_path / "first2.ids.xz"), "--max-sentences", "2"])
+    sentences = load_corpus(tmp_path / "first2.ids.xz")
+    assert [tokenizer.decode(s) for s in sentences] == TEXT.splitlines()[:2]
+
+
 def test_batches_use_every_sentence_once_within_the_token_budget():
     lengths = [random.Random(i).randint(3, 40) for i in range(500)]
     out = batches(lengths, 200, random.Random(0))
@@ -111,6 +120,19 @@ def test_a_finished_run_resumes_from_its_checkpoint_without_training_again(data,
     pretrain_cli.main(args)
     after = json.loads((tmp_path / "clm" / "model" / "training.json").read_text())["updates"]
     assert after == updates and (tmp_path / "clm" / "curve.tsv").read_text().startswith(before)
+
+
+def test_a_run_stopped_by_its_deadline_keeps_its_schedule_and_resumes(data, tmp_path):
+    """The deadline ends this process early without decaying the learning rate; the next process resumes."""
+    directory, _ = data
+    args = ["train", "--kind", "clm", "--data", str(directory), "--out", str(tmp_path / "clm"), "--minutes", "0.2",
+            "--valid-every", "1", "--lr", "1e-3", "--warmup", "0.01", *TINY]
+    pretrain_cli.main(args + ["--deadline", "0.04"])
+    first = json.loads((tmp_path / "clm" / "model" / "training.json").read_text())
+    assert first["spent_minutes"] < 0.1 and first["lr"] > 0.4e-3  # schedule about a quarter through, not at 0
+    pretrain_cli.main(args)
+    second = json.loads((tmp_path / "clm" / "model" / "training.json").read_text())
+    assert second["updates"] > first["updates"] and second["spent_minutes"] >= 0.2 and second["lr"] < 0.1e-3
 
 
 def test_corrupt_corpus_is_a_clear_error(tmp_path):

@@ -13,6 +13,7 @@ def main(argv=None):
     enc.add_argument("--bpe-dir", required=True, help="directory with bpe.model and tokens.txt")
     enc.add_argument("--text", required=True)
     enc.add_argument("--out", required=True)
+    enc.add_argument("--max-sentences", type=int, default=0, help="encode only the first N lines (0: all)")
     tr = sub.add_parser("train", help="train one kind on DATA/{train,valid}.ids.xz + tokenizer files")
     tr.add_argument("--kind", required=True, choices=KINDS)
     tr.add_argument("--data", required=True, help="directory: train.ids.xz, valid.ids.xz, bpe.model, tokens.txt")
@@ -41,7 +42,8 @@ def main(argv=None):
             from slm_lm.pretrain import encode_corpus
             from slm_lm.tokenizer import Tokenizer
 
-            print(json.dumps(encode_corpus(args.text, Tokenizer.from_dir(args.bpe_dir), args.out)))
+            print(json.dumps(encode_corpus(args.text, Tokenizer.from_dir(args.bpe_dir), args.out,
+                                           args.max_sentences)))
             return
         from slm_lm.pretrain import pretrain
 
