@@ -1,4 +1,7 @@
-"""Model contract: no leakage, causal CLM, SLM and T-TA against slow references, padding invariance, PLL."""
+"""Model contract: no leakage, causal CLM, SLM and T-TA against slow references, padding invariance, PLL.
+
+Tests that take the `device` fixture run on `pytest --device cuda` too (tests/conftest.py).
+"""
 import math
 
 import pytest
@@ -11,38 +14,38 @@ V = 13  # tiny vocabulary: 0 pad, 1 unk, 2..10 pieces, 11 <mask>, 12 <sos/eos>
 EOS = V - 1
 
 
-def make_model(kind, **kw):
+def make_model(kind, device="cpu", **kw):
     torch.manual_seed(0)
     model = build_lm(kind, V, size="tiny", max_positions=32, dropout=0.0, **kw)
-    return model.double().eval()
+    return model.double().eval().to(device)
 
 
-def batch(*sentences):
+def batch(*sentences, device="cpu"):
     """Pad `<s> x </s>` rows; returns tokens [B,T], lengths [B]."""
     rows = [[EOS, *s, EOS] for s in sentences]
     lengths = torch.tensor([len(r) for r in rows])
     tokens = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long)
     for i, r in enumerate(rows):
         tokens[i, : len(r)] = torch.tensor(r)
-    return tokens, lengths
+    return tokens.to(device), lengths.to(device)
 
 
 SENTENCES = ([3, 4, 5, 6, 7, 8], [9, 2, 5])
 
 
 @pytest.mark.parametrize("kind", ["slm", "mlm", "bilm", "tta"])
-def test_bidirectional_kinds_do_not_see_the_scored_token(kind):
+def test_bidirectional_kinds_do_not_see_the_scored_token(kind, device):
     """Substituting every symbol v at position i gives P(v | context) summing to 1: x_i is never seen.
 
     A model that leaks x_i into its prediction at i does not sum to 1. Checked at every position of a
     padded batch, and the score at i must move when a neighbour changes.
     """
-    model = make_model(kind)
-    tokens, lengths = batch(*SENTENCES)
+    model = make_model(kind, device)
+    tokens, lengths = batch(*SENTENCES, device=device)
     for row in range(len(tokens)):
         for i in range(1, int(lengths[row])):
             copies = tokens[row].repeat(V, 1)
-            copies[:, i] = torch.arange(V)
+            copies[:, i] = torch.arange(V, device=device)
             rows = torch.cat([copies, tokens])  # keep the padded batch around the copies
             lens = torch.cat([lengths[row].repeat(V), lengths])
             with torch.no_grad():
@@ -59,9 +62,9 @@ def test_bidirectional_kinds_do_not_see_the_scored_token(kind):
                     assert abs(float(before - after)) > 1e-6, (kind, row, i, j)
 
 
-def test_clm_ignores_the_future():
-    model = make_model("clm")
-    tokens, lengths = batch(*SENTENCES)
+def test_clm_ignores_the_future(device):
+    model = make_model("clm", device)
+    tokens, lengths = batch(*SENTENCES, device=device)
     with torch.no_grad():
         base = model.token_logprobs(tokens, lengths)
         for j in range(1, int(lengths[0]) - 1):
@@ -79,7 +82,7 @@ def naive_attention(q, k, v, allowed):
 
 def slow_slm_reference(model, sentence):
     """Position by position: forward stream on the prefix, backward on the suffix, query on both."""
-    tokens, _ = batch(sentence)
+    tokens, _ = batch(sentence, device=next(model.parameters()).device)
     t = tokens.shape[1]
     x = model.embed(tokens)
     q0 = model.embed.query_stream(model.config.mask_id, 1, t, tokens.device)
@@ -90,17 +93,17 @@ def slow_slm_reference(model, sentence):
             heads = layer._heads
             # forward stream on the prefix (causal), backward stream on the suffix (anti-causal)
             fq, fk, fv = layer.project(f)
-            causal = torch.ones(i, i, dtype=torch.bool).tril()
+            causal = torch.ones(i, i, dtype=torch.bool, device=tokens.device).tril()
             f_next = layer.finish(f, naive_attention(fq, fk, fv, causal).transpose(1, 2).flatten(2))
             if b.shape[1]:
                 bq, bk, bv = layer.project(b)
-                anti = torch.ones(b.shape[1], b.shape[1], dtype=torch.bool).triu()
+                anti = torch.ones(b.shape[1], b.shape[1], dtype=torch.bool, device=tokens.device).triu()
                 b_next = layer.finish(b, naive_attention(bq, bk, bv, anti).transpose(1, 2).flatten(2))
                 keys, values = torch.cat([fk, bk], 2), torch.cat([fv, bv], 2)
             else:
                 b_next, keys, values = b, fk, fv
             qq = heads(torch.nn.functional.linear(q, layer.qkv.weight[: layer.d_model], layer.qkv.bias[: layer.d_model]))
-            allowed = torch.ones(1, keys.shape[2], dtype=torch.bool)
+            allowed = torch.ones(1, keys.shape[2], dtype=torch.bool, device=tokens.device)
             q = layer.finish(q, naive_attention(qq, keys, values, allowed).transpose(1, 2).flatten(2))
             f, b = f_next, b_next
         logits = model.head(q[0, 0])
@@ -108,10 +111,10 @@ def slow_slm_reference(model, sentence):
     return torch.stack(out)
 
 
-def test_slm_matches_slow_reference():
-    model = make_model("slm")
+def test_slm_matches_slow_reference(device):
+    model = make_model("slm", device)
     for sentence in SENTENCES:
-        tokens, lengths = batch(*SENTENCES)
+        tokens, lengths = batch(*SENTENCES, device=device)
         row = SENTENCES.index(sentence)
         with torch.no_grad():
             fast = model.token_logprobs(tokens, lengths)[row, 1 : int(lengths[row])]
@@ -120,12 +123,12 @@ def test_slm_matches_slow_reference():
 
 
 @pytest.mark.parametrize("kind", ["slm", "clm", "mlm", "bilm", "tta"])
-def test_alone_equals_inside_padded_batch(kind):
+def test_alone_equals_inside_padded_batch(kind, device):
     torch.manual_seed(0)
-    model = build_lm(kind, V, size="tiny", max_positions=32).eval()  # float32, dropout inactive in eval
+    model = build_lm(kind, V, size="tiny", max_positions=32).eval().to(device)  # float32, dropout inactive in eval
     short = [4, 5, 6]
-    alone_t, alone_l = batch(short)
-    mixed_t, mixed_l = batch([3, 4, 5, 6, 7, 8, 9, 2, 3], short, [2] * 12)
+    alone_t, alone_l = batch(short, device=device)
+    mixed_t, mixed_l = batch([3, 4, 5, 6, 7, 8, 9, 2, 3], short, [2] * 12, device=device)
     with torch.no_grad():
         alone = model.token_logprobs(alone_t, alone_l)[0]
         mixed = model.token_logprobs(mixed_t, mixed_l)[1]
@@ -136,7 +139,7 @@ def test_alone_equals_inside_padded_batch(kind):
 
 def slow_tta_reference(model, sentence):
     """Position by position: the query of i attends the input embeddings of every j != i at every layer."""
-    tokens, _ = batch(sentence)
+    tokens, _ = batch(sentence, device=next(model.parameters()).device)
     t = tokens.shape[1]
     x = model.embed(tokens)
     q0 = model.embed.query_stream(model.config.mask_id, 1, t, tokens.device)
@@ -147,17 +150,17 @@ def slow_tta_reference(model, sentence):
         for layer in model.layers:
             _, k, v = layer.project(others)
             qq = layer.project(q)[0]
-            allowed = torch.ones(1, t - 1, dtype=torch.bool)
+            allowed = torch.ones(1, t - 1, dtype=torch.bool, device=tokens.device)
             q = layer.finish(q, naive_attention(qq, k, v, allowed).transpose(1, 2).flatten(2))
         out.append(torch.log_softmax(model.head(q[0, 0]), -1)[tokens[0, i]])
     return torch.stack(out)
 
 
-def test_tta_matches_slow_reference():
+def test_tta_matches_slow_reference(device):
     """The fused T-TA (one SDPA call per layer, diagonal and padding masked) equals attending, for each
     position alone, the input embeddings of the rest of the sentence; inside a padded batch."""
-    model = make_model("tta")
-    tokens, lengths = batch(*SENTENCES)
+    model = make_model("tta", device)
+    tokens, lengths = batch(*SENTENCES, device=device)
     with torch.no_grad():
         fast = model.token_logprobs(tokens, lengths)
         for row, sentence in enumerate(SENTENCES):
@@ -179,9 +182,9 @@ def test_tta_keys_and_values_are_the_inputs_at_every_layer():
     assert abs(float(base[0, 4] - new[0, 4])) > 1e-6
 
 
-def test_mlm_pll_equals_explicit_single_mask_passes():
-    model = make_model("mlm")
-    tokens, lengths = batch(*SENTENCES)
+def test_mlm_pll_equals_explicit_single_mask_passes(device):
+    model = make_model("mlm", device)
+    tokens, lengths = batch(*SENTENCES, device=device)
     with torch.no_grad():
         pll = model.token_logprobs(tokens, lengths)
         for row in range(len(tokens)):
@@ -226,9 +229,9 @@ def test_mlm_chunks_copies_under_memory_budget():
 
 
 @pytest.mark.parametrize("kind", ["slm", "clm", "bilm", "tta"])
-def test_loss_is_negative_sum_of_token_logprobs(kind):
-    model = make_model(kind)
-    tokens, lengths = batch(*SENTENCES)
+def test_loss_is_negative_sum_of_token_logprobs(kind, device):
+    model = make_model(kind, device)
+    tokens, lengths = batch(*SENTENCES, device=device)
     loss, n = model.loss(tokens, lengths)
     assert n == int((lengths - 1).sum())
     assert torch.allclose(loss, -model.token_logprobs(tokens, lengths).sum())

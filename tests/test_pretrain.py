@@ -91,11 +91,11 @@ def test_cpu_budget_counts_only_the_training_process_time():
 
 
 @pytest.mark.parametrize("kind", ["slm", "clm", "tta"])
-def test_training_lowers_validation_loss_and_exports_a_scoring_ready_fp16_model(data, tmp_path, kind):
+def test_training_lowers_validation_loss_and_exports_a_scoring_ready_fp16_model(data, tmp_path, kind, device):
     directory, tokenizer = data
     out = tmp_path / kind
     pretrain_cli.main(["train", "--kind", kind, "--data", str(directory), "--out", str(out), "--minutes", "0.1",
-                       "--valid-every", "0.05", "--lr", "3e-3", *TINY])
+                       "--valid-every", "0.05", "--lr", "3e-3", "--device", device, *TINY])
     rows = [line.split("\t") for line in (out / "curve.tsv").read_text().splitlines()[1:]]
     assert len(rows) >= 2 and float(rows[-1][4]) < float(rows[0][4]) - 0.5
     card = json.loads((out / "model" / "training.json").read_text())

@@ -37,9 +37,9 @@ SENTENCES = ["and god saw the light", "", "In the beginning, God created the hea
 
 
 @pytest.mark.parametrize("kind", ["slm", "clm", "mlm", "bilm", "tta"])
-def test_scores_keep_input_order_and_do_not_depend_on_batching(tokenizer, kind):
-    big = make_scorer(tokenizer, kind)
-    small = make_scorer(tokenizer, kind, max_tokens=20)  # forces one sentence per batch
+def test_scores_keep_input_order_and_do_not_depend_on_batching(tokenizer, kind, device):
+    big = make_scorer(tokenizer, kind, device=device)
+    small = make_scorer(tokenizer, kind, max_tokens=20, device=device)  # forces one sentence per batch
     a, b = big.score(SENTENCES), small.score(SENTENCES)
     assert all(math.isfinite(x) and x < 0 for x in a)
     assert a == pytest.approx(b, abs=1e-4)
@@ -111,9 +111,9 @@ def test_cli_writes_tsv_and_reports_the_bad_line(tokenizer, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("kind", ["slm", "clm", "mlm", "bilm"])
-def test_bfloat16_scores_are_close_to_float32(tokenizer, kind):
-    """Measured on these sentences (4 to 132 nats): at most 0.007 nats apart; bf16 really ran (not equal)."""
-    full = make_scorer(tokenizer, kind).score(SENTENCES)
-    half = make_scorer(tokenizer, kind, dtype="bfloat16").score(SENTENCES)
+def test_bfloat16_scores_are_close_to_float32(tokenizer, kind, device):
+    """Measured on CPU on these sentences (4 to 132 nats): at most 0.007 nats apart; bf16 really ran (not equal)."""
+    full = make_scorer(tokenizer, kind, device=device).score(SENTENCES)
+    half = make_scorer(tokenizer, kind, dtype="bfloat16", device=device).score(SENTENCES)
     assert all(math.isfinite(x) for x in half) and half != full
     assert half == pytest.approx(full, rel=0, abs=0.05)
