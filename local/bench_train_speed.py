@@ -7,7 +7,13 @@ machine load hit all kinds alike; the median step time of each kind is reported.
 input tokens of a batch (the same for every kind), so the numbers compare directly.
 The paper's cost table puts SLM at about 3x a CLM's compute (target here: SLM >= 1/3.3 of CLM's tokens/s).
 
+Model FLOP/s = 6 x parameters x tokens/s (the dense-transformer rule for forward + backward; it leaves out
+attention scores and the SLM's extra streams, so it is the same "useful work" yardstick for every kind and
+undercounts the hardware FLOPs of the SLM). MFU = model FLOP/s / the peak of a square matmul of
+`--matmul-size` in `--dtype`, measured in the same run (0: not measured).
+
 Example: python local/bench_train_speed.py --size mini --tokens 2048 --threads 2
+         python local/bench_train_speed.py --device cuda --dtype bfloat16 --size small --tokens 16384 --length 128 --matmul-size 8192
 """
 import argparse
 import json
@@ -36,6 +42,8 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=1, help="untimed steps per kind first")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="autocast dtype (float32: none)")
+    p.add_argument("--matmul-size", type=int, default=2048, help="n of the n x n matmul peak for MFU (0: skip)")
     p.add_argument("--json", help="also write the results here (atomically)")
     args = p.parse_args(argv)
     args.kinds = args.kinds.split(",")
@@ -54,15 +62,35 @@ def random_batch(vocab: int, rows: int, length: int, device, generator):
     return tokens.to(device), torch.full((rows,), length, device=device)
 
 
-def train_step(model, optimizer, tokens, lengths):
-    loss_sum, n_predicted = model.loss(tokens, lengths)
+def train_step(model, optimizer, tokens, lengths, dtype=torch.float32):
+    with torch.autocast(tokens.device.type, dtype=dtype, enabled=dtype != torch.float32):
+        loss_sum, n_predicted = model.loss(tokens, lengths)
     optimizer.zero_grad(set_to_none=True)
     (loss_sum / n_predicted).backward()
     optimizer.step()
 
 
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_tflops(n: int, dtype, device, repeats: int = 5) -> float:
+    """TFLOP/s of an n x n x n matmul in `dtype` (median of `repeats` after one warm-up)."""
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    times = []
+    for i in range(repeats + 1):
+        sync(device)
+        start = time.perf_counter()
+        a @ b
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / statistics.median(times[1:]) / 1e12
+
+
 def main(argv=None):
     args = parse_args(argv)
+    dtype = getattr(torch, args.dtype)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     rows = args.tokens // args.length
@@ -75,38 +103,43 @@ def main(argv=None):
         optimizer = torch.optim.AdamW(model.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01)
         setups[kind] = (model, optimizer)
         for i in range(args.warmup):
-            train_step(model, optimizer, *batches[i % len(batches)])
+            train_step(model, optimizer, *batches[i % len(batches)], dtype)
     times = {kind: [] for kind in args.kinds}
     for step in range(args.steps):
         for kind, (model, optimizer) in setups.items():
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            sync(device)
             start = time.perf_counter()
-            train_step(model, optimizer, *batches[step % len(batches)])
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            train_step(model, optimizer, *batches[step % len(batches)], dtype)
+            sync(device)
             times[kind].append(time.perf_counter() - start)
         print(f"round {step + 1}/{args.steps} done", file=sys.stderr, flush=True)
     tokens = rows * args.length
+    peak = matmul_tflops(args.matmul_size, dtype, device) if args.matmul_size else None
     results = []
     for kind, (model, _) in setups.items():
         seconds = statistics.median(times[kind])
-        results.append(dict(kind=kind, params_m=sum(p.numel() for p in model.parameters()) / 1e6,
-                            seconds_per_step=seconds, tokens_per_s=tokens / seconds))
+        params = sum(p.numel() for p in model.parameters())
+        model_tflops = 6 * params * tokens / seconds / 1e12
+        results.append(dict(kind=kind, params_m=params / 1e6, seconds_per_step=seconds, tokens_per_s=tokens / seconds,
+                            model_tflops=model_tflops, mfu=model_tflops / peak if peak else None))
     reference = next((r["tokens_per_s"] for r in results if r["kind"] == "clm"), None)
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"size {args.size}, vocab {args.vocab}, {rows} x {args.length} = {tokens} tokens/batch, "
-          f"{args.threads} threads, {args.device}, median of {args.steps} steps")
-    print("| kind | params (M) | s/step | tokens/s | vs clm |")
-    print("|---|---|---|---|---|")
+          f"{args.threads} threads, {args.device} ({device_name}), {args.dtype}, median of {args.steps} steps; "
+          + (f"{args.matmul_size}^2 matmul peak {peak:.3g} TFLOP/s" if peak else "no matmul peak measured"))
+    print("| kind | params (M) | s/step | tokens/s | vs clm | model TFLOP/s (6*N*tokens/s) | MFU |")
+    print("|---|---|---|---|---|---|---|")
     for r in results:
         r["vs_clm"] = r["tokens_per_s"] / reference if reference else None
         ratio = f"{r['vs_clm']:.2f} (1/{1 / r['vs_clm']:.2f})" if reference else "-"
-        print(f"| {r['kind']} | {r['params_m']:.1f} | {r['seconds_per_step']:.3f} | {r['tokens_per_s']:.0f} | {ratio} |")
+        mfu = f"{100 * r['mfu']:.1f} %" if peak else "-"
+        print(f"| {r['kind']} | {r['params_m']:.1f} | {r['seconds_per_step']:.3f} | {r['tokens_per_s']:.0f} | {ratio} | "
+              f"{r['model_tflops']:.3g} | {mfu} |")
     if args.json:
         out = Path(args.json)
         fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
         with os.fdopen(fd, "w") as f:
-            json.dump(dict(vars(args), results=results), f, indent=2)
+            json.dump(dict(vars(args), device_name=device_name, matmul_peak_tflops=peak, results=results), f, indent=2)
         os.replace(tmp, out)
 
 
