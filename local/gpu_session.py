@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""A lent GPU in one or two commands: the CUDA tests, bf16-vs-fp32 parity, the scoring latency table,
+training throughput (MFU), then a `small` SLM trained on the carried token file; results under --out.
+
+Stages, in this order, each a subprocess with a time limit (one that fails or runs out of time is
+reported, and the next one runs):
+  tests    pytest --device cuda -m device: the tests that take the `device` fixture (tests/conftest.py)
+  parity   local/bf16_parity.py: |bf16 - fp32| sentence scores of every kind (small, random weights)
+  latency  local/bench_scoring.py in fp32 and bf16: paper Table 5's lengths 10/100/500, small and base
+  mfu      local/bench_train_speed.py: tokens/s, model FLOP/s = 6 x params x tokens/s, MFU (small, bf16)
+  train    slm-pretrain train: a `small` SLM in bf16 for --train-minutes in all, ending by this command's
+           deadline (--command-minutes after the start); it resumes from RUN_DIR/slm/checkpoint.pt when
+           that is there, i.e. when the machine stayed warm since the command that began the run
+
+--out gets at most 8 flat files, none over 16 MiB (what the device tool brings back): summary.md,
+summary.json, session.log (every stage's output), curve.tsv, model.tar.00, model.tar.01, ... (the
+exported fp16 model directory and its curve, split in parts of --part-mib: `cat model.tar.* | tar -x`).
+
+  python3 local/gpu_session.py --data exp/gpu/data --out "$OUT"                           # command 1
+  python3 local/gpu_session.py --data exp/gpu/data --out "$OUT" --stages train --resume   # command 2
+  python local/gpu_session.py --dry-run --data DIR --out DIR    # the same path on CPU, tiny, in seconds
+"""
+import argparse
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from slm_lm.errors import fail  # noqa: E402
+from slm_lm.fileio import write_atomic  # noqa: E402
+
+STAGES = ("tests", "parity", "latency", "mfu", "train")
+DATA_FILES = ("train.ids.xz", "valid.ids.xz", "bpe.model", "tokens.txt")
+MAX_PARTS = 4  # with summary.md, summary.json, session.log and curve.tsv: the 8 files that come back
+# Per mode: the stages' time limits (s), the seconds kept for training and for its start and export, and
+# the sizes. The dry run's limits are loose: a loaded CPU must not time it out.
+PLANS = {
+    "gpu": dict(
+        limits=dict(tests=150, parity=60, latency=150, mfu=120), train_reserve=180, train_margin=60,
+        tests=[], parity=["--size", "small", "--sentences", "200"],
+        latency=["--sizes", "small,base", "--lengths", "10,100,500", "--repeats", "5", "--mlm-max-tokens", "65536",
+                 "--mlm-sample-chunks", "4"],
+        mfu=["--size", "small", "--tokens", "16384", "--length", "128", "--steps", "10", "--warmup", "2",
+             "--matmul-size", "8192"],
+        train=["--size", "small", "--batch-tokens", "16384", "--valid-every", "1"],
+        train_minutes=12.0, command_minutes=9.5),
+    "dry": dict(
+        limits=dict(tests=300, parity=180, latency=180, mfu=180), train_reserve=60, train_margin=30,
+        tests=["-k", "test_clm_ignores_the_future or test_alone_equals_inside_padded_batch"],
+        parity=["--size", "tiny", "--sentences", "5"],
+        latency=["--sizes", "tiny", "--lengths", "4,8", "--repeats", "1", "--modes", "latency", "--vocab", "50",
+                 "--mlm-sample-chunks", "1", "--threads", "1"],
+        mfu=["--size", "tiny", "--tokens", "256", "--steps", "1", "--matmul-size", "256", "--threads", "1"],
+        train=["--size", "tiny", "--batch-tokens", "256", "--valid-every", "0.02", "--valid-sentences", "20",
+               "--threads", "1"],
+        train_minutes=0.05, command_minutes=30.0),
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, help="train.ids.xz, valid.ids.xz, bpe.model, tokens.txt (slm-pretrain encode)")
+    p.add_argument("--out", required=True, help="results folder ($OUT on the device machine)")
+    p.add_argument("--run-dir", default=str(ROOT / "exp/gpu/run"),
+                   help="benchmark JSONs and the training run (its checkpoint stays on the machine while it is warm)")
+    p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, from {','.join(STAGES)}")
+    p.add_argument("--dry-run", action="store_true", help="CPU, tiny models and budgets: rehearse every stage")
+    p.add_argument("--command-minutes", type=float, help="this command's wall-clock budget (default 9.5; dry 30)")
+    p.add_argument("--train-minutes", type=float, help="the SLM's training budget over all commands (default 12; dry 0.05)")
+    p.add_argument("--resume", action="store_true",
+                   help="this command continues a run; without its checkpoint (a fresh machine) train a new run "
+                        "that fits this command instead")
+    p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (untuned for this budget)")
+    p.add_argument("--warmup", type=float, default=0.1, help="warm-up share of the training budget")
+    p.add_argument("--part-mib", type=float, default=15.0, help="size of the model.tar.NN parts")
+    args = p.parse_args(argv)
+    args.stages = args.stages.split(",")
+    unknown = sorted(set(args.stages) - set(STAGES))
+    if unknown:
+        p.error(f"unknown stages {unknown}; choose from {','.join(STAGES)}")
+    args.plan = PLANS["dry" if args.dry_run else "gpu"]
+    args.device = "cpu" if args.dry_run else "cuda"
+    args.command_minutes = args.command_minutes or args.plan["command_minutes"]
+    args.train_minutes = args.train_minutes or args.plan["train_minutes"]
+    return args
+
+
+def check_inputs(args) -> str:
+    """The device's name; one-line errors for no GPU (unless --dry-run) or a missing data file."""
+    for name in DATA_FILES:
+        if not (Path(args.data) / name).is_file():
+            fail("gpu_session", f"{Path(args.data) / name}: missing (make it with slm-pretrain encode; see README.md)")
+    if args.dry_run:
+        return "cpu (dry run)"
+    if not torch.cuda.is_available():
+        fail("gpu_session", f"no CUDA device: torch {torch.__version__} (CUDA {torch.version.cuda}) sees none; "
+             "--dry-run rehearses the session on CPU")
+    return torch.cuda.get_device_name(0)
+
+
+class Session:
+    """Runs stages as time-limited subprocesses, logs their output, and collects their results."""
+
+    def __init__(self, args):
+        self.args, self.start = args, time.monotonic()
+        self.out, self.run_dir = Path(args.out), Path(args.run_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.log = open(self.out / "session.log", "a", encoding="utf-8")
+        self.stages = {}
+        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+                        PYTHONUNBUFFERED="1")
+
+    def seconds_left(self) -> float:
+        return 60 * self.args.command_minutes - (time.monotonic() - self.start)
+
+    def call(self, name: str, command: list, limit: float) -> dict:
+        """Run `command` for at most `limit` seconds; returns status, seconds, return code and stdout."""
+        print(f"gpu_session: {name}: {' '.join(map(str, command))} (limit {limit:.0f} s)", flush=True)
+        self.log.write(f"\n===== {name}: {' '.join(map(str, command))}\n")
+        self.log.flush()
+        began = time.monotonic()
+        try:
+            proc = subprocess.run([str(c) for c in command], cwd=ROOT, env=self.env, timeout=limit,
+                                  stdout=subprocess.PIPE, stderr=self.log, text=True)
+            status, code, stdout = ("ok" if proc.returncode == 0 else "failed"), proc.returncode, proc.stdout
+        except subprocess.TimeoutExpired as e:
+            status, code = "timed out", None
+            stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        self.log.write(stdout)
+        self.log.flush()
+        seconds = time.monotonic() - began
+        print(f"gpu_session: {name}: {status} in {seconds:.0f} s", flush=True)
+        return {"status": status, "seconds": round(seconds, 1), "returncode": code, "stdout": stdout}
+
+    def limit(self, name: str) -> float:
+        """The stage's own limit, cut so that a later train stage keeps its reserve of this command."""
+        reserve = self.args.plan["train_reserve"] if "train" in self.args.stages else 0
+        return min(self.args.plan["limits"][name], self.seconds_left() - reserve)
+
+    def measure(self, name: str, commands: dict, read):
+        """Run the stage's commands (label -> command); `read` turns the JSON it wrote into results."""
+        for label, (command, json_path) in commands.items():
+            limit = self.limit(name)
+            if limit < 10:
+                self.stages[label] = {"status": "skipped: no time left in this command"}
+                continue
+            json_path.unlink(missing_ok=True)
+            result = self.call(label, command, limit)
+            if json_path.exists():
+                result["results"] = read(json.loads(json_path.read_text()))
+            self.stages[label] = result
+
+    def tests(self):
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--device", self.args.device,
+                   "-m", "device", "tests/test_models.py", "tests/test_scorer.py", "tests/test_pretrain.py",
+                   *self.args.plan["tests"]]
+        limit = self.limit("tests")
+        if limit < 10:
+            self.stages["tests"] = {"status": "skipped: no time left in this command"}
+            return
+        result = self.call("tests", command, limit)
+        lines = result["stdout"].strip().splitlines()
+        counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|error|errors|skipped|deselected)",
+                                                    lines[-1] if lines else "")}
+        result["results"] = {"line": lines[-1] if lines else "", **counts}
+        self.stages["tests"] = result
+
+    def parity(self):
+        path = self.run_dir / "parity.json"
+        command = [sys.executable, ROOT / "local/bf16_parity.py", "--data", self.args.data, "--device",
+                   self.args.device, "--json", path, *self.args.plan["parity"]]
+        self.measure("parity", {"parity": (command, path)}, lambda saved: saved["results"])
+
+    def latency(self):
+        commands = {}
+        for dtype in ("float32", "bfloat16"):
+            path = self.run_dir / f"latency_{dtype}.json"
+            commands[f"latency_{dtype}"] = ([sys.executable, ROOT / "local/bench_scoring.py", "--device",
+                                             self.args.device, "--dtype", dtype, "--json", path,
+                                             *self.args.plan["latency"]], path)
+        self.measure("latency", commands, lambda saved: saved["results"])
+
+    def mfu(self):
+        path = self.run_dir / "mfu.json"
+        command = [sys.executable, ROOT / "local/bench_train_speed.py", "--device", self.args.device,
+                   "--dtype", "bfloat16", "--json", path, *self.args.plan["mfu"]]
+        self.measure("mfu", {"mfu": (command, path)},
+                     lambda saved: {"matmul_peak_tflops": saved["matmul_peak_tflops"], "kinds": saved["results"]})
+
+    def train(self):
+        """Train (or resume) the SLM until its budget is spent or this command's deadline, then pack it."""
+        run, plan = self.run_dir / "slm", self.args.plan
+        seconds = self.seconds_left() - plan["train_margin"]
+        if seconds < 10:
+            self.stages["train"] = {"status": "skipped: no time left in this command"}
+            return
+        resumed = (run / "checkpoint.pt").exists()
+        minutes, note = self.args.train_minutes, "resumed" if resumed else "new run"
+        if self.args.resume and not resumed:
+            minutes = min(minutes, seconds / 60)
+            note = f"no checkpoint in {run} (a fresh machine): a new run of {minutes:.2f} minutes, fitting this command"
+        print(f"gpu_session: train: {note}", flush=True)
+        command = [sys.executable, "-m", "slm_lm.bin.pretrain", "train", "--kind", "slm", "--data", self.args.data,
+                   "--out", run, "--minutes", f"{minutes:.3f}", "--deadline", f"{seconds / 60:.3f}", "--clock", "wall",
+                   "--device", self.args.device, "--dtype", "bfloat16", "--lr", self.args.lr,
+                   "--warmup", self.args.warmup, *plan["train"]]
+        result = self.call("train", command, seconds + plan["train_margin"] - 5)
+        result["note"] = note
+        card_path = run / "model" / "training.json"
+        if card_path.exists():
+            card = json.loads(card_path.read_text())
+            card["finished"] = card["spent_minutes"] >= card["budget_minutes"]
+            result["results"] = card
+            write_atomic(self.out / "curve.tsv", (run / "curve.tsv").read_text())
+            try:
+                result["parts"] = self.pack(run)
+            except ValueError as e:
+                result["status"] = f"failed: {e}"
+        self.stages["train"] = result
+
+    def pack(self, run: Path) -> list:
+        """model/ and curve.tsv as one tar, written to --out in parts of --part-mib (at most MAX_PARTS)."""
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            tar.add(run / "model", arcname="model")
+            tar.add(run / "curve.tsv", arcname="curve.tsv")
+        data, size = buffer.getvalue(), int(self.args.part_mib * 2**20)
+        parts = [data[i : i + size] for i in range(0, len(data), size)]
+        if len(parts) > MAX_PARTS:
+            raise ValueError(f"the model's tar ({len(data) / 2**20:.1f} MiB) needs {len(parts)} parts of "
+                               f"{self.args.part_mib} MiB; at most {MAX_PARTS} come back")
+        for old in self.out.glob("model.tar.*"):
+            old.unlink()
+        names = [f"model.tar.{i:02d}" for i in range(len(parts))]
+        for name, part in zip(names, parts):
+            write_atomic(self.out / name, part)
+        return names
+
+
+def summary_markdown(info: dict) -> str:
+    """summary.md: the device, then every stage's status, time and the tables it printed."""
+    lines = [f"# GPU session{' (DRY RUN on CPU)' if info['dry_run'] else ''}", "",
+             f"device: {info['device']}; torch {info['torch']} (CUDA {info['cuda']}); stages: {', '.join(info['stages'])}; "
+             f"{info['seconds']:.0f} s in all", ""]
+    for name, stage in info["stages"].items():
+        lines += [f"## {name}: {stage['status']}" + (f" in {stage['seconds']:.0f} s" if "seconds" in stage else ""), ""]
+        if name == "tests":
+            lines += [stage.get("results", {}).get("line", ""), ""]
+        elif name == "train" and "results" in stage:
+            card = stage["results"]
+            lines += [f"{stage['note']}; {card['parameters'] / 1e6:.1f}M parameters, {card['updates']} updates, "
+                      f"{card['tokens_seen']} tokens in {card['spent_minutes']:.2f} of {card['budget_minutes']:.2f} "
+                      f"budget minutes ({card['tokens_seen'] / max(1e-9, 60 * card['spent_minutes']):.0f} tokens/s), "
+                      f"{card['epochs']:.2f} epochs, valid CE {card['valid_ce']:.4f}, lr now {card['lr']:.2e}, "
+                      f"finished: {card['finished']}; returned as {', '.join(stage.get('parts', []))}", ""]
+        elif stage.get("stdout"):
+            lines += [stage["stdout"].strip(), ""]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device = check_inputs(args)
+    session = Session(args)
+    for name in args.stages:
+        try:
+            getattr(session, name)()
+        except Exception as e:  # report it and go on: the other stages' results still come back
+            session.stages[name] = {"status": f"error: {type(e).__name__}: {e}"}
+            print(f"gpu_session: {name}: error: {e}", flush=True)
+    info = {"dry_run": args.dry_run, "device": device, "torch": torch.__version__, "cuda": torch.version.cuda,
+            "stages": session.stages, "seconds": time.monotonic() - session.start,
+            "args": {k: v for k, v in vars(args).items() if k != "plan"}}
+    text = summary_markdown(info)
+    write_atomic(session.out / "summary.md", text + "\n")
+    for stage in info["stages"].values():
+        stage.pop("stdout", None)  # in session.log and summary.md
+    write_atomic(session.out / "summary.json", json.dumps(info, indent=2))
+    print(text)
+    failed = [n for n, s in session.stages.items() if s["status"] != "ok"]
+    if failed:
+        print(f"gpu_session: not ok: {', '.join(failed)} (see session.log)", flush=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
