@@ -52,7 +52,7 @@ PLANS = {
         mfu=["--size", "small", "--tokens", "16384", "--length", "128", "--steps", "10", "--warmup", "2",
              "--matmul-size", "8192"],
         train=["--size", "small", "--batch-tokens", "16384", "--valid-every", "1"],
-        train_minutes=12.0, command_minutes=9.5),
+        train_minutes=12.0, command_minutes=9.25),
     "dry": dict(
         limits=dict(tests=300, parity=180, latency=180, mfu=180), train_reserve=60, train_margin=30,
         tests=["-k", "test_clm_ignores_the_future or test_alone_equals_inside_padded_batch"],
@@ -74,7 +74,7 @@ def parse_args(argv=None):
                    help="benchmark JSONs and the training run (its checkpoint stays on the machine while it is warm)")
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, from {','.join(STAGES)}")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny models and budgets: rehearse every stage")
-    p.add_argument("--command-minutes", type=float, help="this command's wall-clock budget (default 9.5; dry 30)")
+    p.add_argument("--command-minutes", type=float, help="this command's wall-clock budget (default 9.25; dry 30)")
     p.add_argument("--train-minutes", type=float, help="the SLM's training budget over all commands (default 12; dry 0.05)")
     p.add_argument("--resume", action="store_true",
                    help="this command continues a run; without its checkpoint (a fresh machine) train a new run "
@@ -87,6 +87,7 @@ def parse_args(argv=None):
     unknown = sorted(set(args.stages) - set(STAGES))
     if unknown:
         p.error(f"unknown stages {unknown}; choose from {','.join(STAGES)}")
+    args.data, args.out, args.run_dir = (str(Path(d).resolve()) for d in (args.data, args.out, args.run_dir))
     args.plan = PLANS["dry" if args.dry_run else "gpu"]
     args.device = "cpu" if args.dry_run else "cuda"
     args.command_minutes = args.command_minutes or args.plan["command_minutes"]
@@ -95,10 +96,12 @@ def parse_args(argv=None):
 
 
 def check_inputs(args) -> str:
-    """The device's name; one-line errors for no GPU (unless --dry-run) or a missing data file."""
+    """The device's name; one-line errors for a missing data file, --out on an input, or no GPU (unless --dry-run)."""
     for name in DATA_FILES:
         if not (Path(args.data) / name).is_file():
             fail("gpu_session", f"{Path(args.data) / name}: missing (make it with slm-pretrain encode; see README.md)")
+    if args.out == args.data:
+        fail("gpu_session", f"--out {args.out} is the data directory; give another folder")
     if args.dry_run:
         return "cpu (dry run)"
     if not torch.cuda.is_available():
@@ -157,7 +160,10 @@ class Session:
             json_path.unlink(missing_ok=True)
             result = self.call(label, command, limit)
             if json_path.exists():
-                result["results"] = read(json.loads(json_path.read_text()))
+                try:
+                    result["results"] = read(json.loads(json_path.read_text()))
+                except (ValueError, KeyError) as e:
+                    result["status"] = f"failed: {json_path}: unreadable results: {e}"
             self.stages[label] = result
 
     def tests(self):
