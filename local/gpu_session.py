@@ -110,6 +110,17 @@ def check_inputs(args) -> str:
     return torch.cuda.get_device_name(0)
 
 
+def train_budget(checkpoint: bool, resume: bool, train_minutes: float, seconds_left: float) -> tuple:
+    """(budget minutes, note) of the train stage. A run continues with its whole budget; a command meant to
+    continue one (`resume`) that finds no checkpoint (a fresh machine) trains a run that fits what it has left."""
+    if checkpoint:
+        return train_minutes, "resumed"
+    if resume:
+        minutes = min(train_minutes, seconds_left / 60)
+        return minutes, f"no checkpoint (a fresh machine): a new run of {minutes:.2f} minutes, fitting this command"
+    return train_minutes, "new run"
+
+
 class Session:
     """Runs stages as time-limited subprocesses, logs their output, and collects their results."""
 
@@ -210,11 +221,8 @@ class Session:
         if seconds < 10:
             self.stages["train"] = {"status": "skipped: no time left in this command"}
             return
-        resumed = (run / "checkpoint.pt").exists()
-        minutes, note = self.args.train_minutes, "resumed" if resumed else "new run"
-        if self.args.resume and not resumed:
-            minutes = min(minutes, seconds / 60)
-            note = f"no checkpoint in {run} (a fresh machine): a new run of {minutes:.2f} minutes, fitting this command"
+        minutes, note = train_budget((run / "checkpoint.pt").exists(), self.args.resume, self.args.train_minutes,
+                                     seconds)
         print(f"gpu_session: train: {note}", flush=True)
         command = [sys.executable, "-m", "slm_lm.bin.pretrain", "train", "--kind", "slm", "--data", self.args.data,
                    "--out", run, "--minutes", f"{minutes:.3f}", "--deadline", f"{seconds / 60:.3f}", "--clock", "wall",
@@ -244,7 +252,7 @@ class Session:
         parts = [data[i : i + size] for i in range(0, len(data), size)]
         if len(parts) > MAX_PARTS:
             raise ValueError(f"the model's tar ({len(data) / 2**20:.1f} MiB) needs {len(parts)} parts of "
-                               f"{self.args.part_mib} MiB; at most {MAX_PARTS} come back")
+                             f"{self.args.part_mib} MiB; at most {MAX_PARTS} come back")
         for old in self.out.glob("model.tar.*"):
             old.unlink()
         names = [f"model.tar.{i:02d}" for i in range(len(parts))]

@@ -79,6 +79,13 @@ def test_dry_run_goes_through_every_stage_and_brings_back_a_scoring_ready_model(
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert summary.startswith("# GPU session (DRY RUN on CPU)") and "| slm |" in summary and "MFU" in summary
 
+    # The second command resumes the run while its checkpoint is there (a warm machine).
+    again = run("--dry-run", "--data", data, "--out", tmp_path / "out2", "--run-dir", tmp_path / "run",
+                "--stages", "train", "--resume", "--train-minutes", "0.1")
+    assert again.returncode == 0, again.stdout + again.stderr
+    train = json.loads((tmp_path / "out2" / "summary.json").read_text())["stages"]["train"]
+    assert train["note"] == "resumed" and train["results"]["updates"] > card["updates"]
+
 
 def test_without_a_gpu_or_its_data_it_stops_with_one_line(data, tmp_path):
     missing = run("--data", tmp_path, "--out", tmp_path / "out")
@@ -91,11 +98,24 @@ def test_without_a_gpu_or_its_data_it_stops_with_one_line(data, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_stage_past_its_limit_is_stopped_and_reported(tmp_path):
+@pytest.fixture(scope="module")
+def gpu_session():
     spec = importlib.util.spec_from_file_location("gpu_session", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    args = module.parse_args(["--dry-run", "--data", str(tmp_path), "--out", str(tmp_path / "out"),
-                              "--run-dir", str(tmp_path / "run")])
-    result = module.Session(args).call("sleep", [sys.executable, "-c", "import time; time.sleep(30)"], 1)
+    return module
+
+
+def test_a_stage_past_its_limit_is_stopped_and_reported(gpu_session, tmp_path):
+    args = gpu_session.parse_args(["--dry-run", "--data", str(tmp_path), "--out", str(tmp_path / "out"),
+                                   "--run-dir", str(tmp_path / "run")])
+    result = gpu_session.Session(args).call("sleep", [sys.executable, "-c", "import time; time.sleep(30)"], 1)
     assert result["status"] == "timed out" and result["seconds"] < 20
+
+
+def test_a_second_command_on_a_fresh_machine_trains_a_run_that_fits_it(gpu_session):
+    assert gpu_session.train_budget(True, True, 12, 300) == (12, "resumed")
+    assert gpu_session.train_budget(False, False, 12, 300) == (12, "new run")  # command 1: a second one follows
+    minutes, note = gpu_session.train_budget(False, True, 12, 300)
+    assert minutes == 5 and note.startswith("no checkpoint")
+    assert gpu_session.train_budget(False, True, 3, 300)[0] == 3
