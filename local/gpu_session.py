@@ -18,7 +18,7 @@ exported fp16 model directory and its curve, split in parts of --part-mib: `cat 
 
   python3 local/gpu_session.py --data exp/gpu/data --out "$OUT"                           # command 1
   python3 local/gpu_session.py --data exp/gpu/data --out "$OUT" --stages train --resume   # command 2
-  python local/gpu_session.py --dry-run --data DIR --out DIR    # the same path on CPU, tiny, in seconds
+  python local/gpu_session.py --dry-run --data DIR --out DIR    # the same path on CPU, tiny (~1 min of CPU)
 """
 import argparse
 import io
@@ -52,7 +52,7 @@ PLANS = {
         mfu=["--size", "small", "--tokens", "16384", "--length", "128", "--steps", "10", "--warmup", "2",
              "--matmul-size", "8192"],
         train=["--size", "small", "--batch-tokens", "16384", "--valid-every", "1"],
-        train_minutes=12.0, command_minutes=9.25),
+        train_minutes=10.0, command_minutes=9.25),
     "dry": dict(
         limits=dict(tests=300, parity=180, latency=180, mfu=180), train_reserve=60, train_margin=30,
         tests=["-k", "test_clm_ignores_the_future or test_alone_equals_inside_padded_batch"],
@@ -75,7 +75,7 @@ def parse_args(argv=None):
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, from {','.join(STAGES)}")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny models and budgets: rehearse every stage")
     p.add_argument("--command-minutes", type=float, help="this command's wall-clock budget (default 9.25; dry 30)")
-    p.add_argument("--train-minutes", type=float, help="the SLM's training budget over all commands (default 12; dry 0.05)")
+    p.add_argument("--train-minutes", type=float, help="the SLM's training budget over all commands (default 10; dry 0.05)")
     p.add_argument("--resume", action="store_true",
                    help="this command continues a run; without its checkpoint (a fresh machine) train a new run "
                         "that fits this command instead")
