@@ -16,8 +16,8 @@ import re
 import sys
 from pathlib import Path
 
-from slm_lm.bin.rescore import _load_sets, _split, build_parser, load_lms
-from slm_lm.errors import InputError
+from slm_lm.bin.rescore import _load_sets, _normalized, _split, build_parser, load_lms
+from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
 from slm_lm.rescore import parse_am_weights, parse_length_norm, parse_range, rescore
 
@@ -51,7 +51,14 @@ def main(argv=None) -> str:
                      alpha_grid=parse_range(args.ln_alpha_range, "--ln-alpha-range"))
         am_weights = parse_am_weights(args.am_weights) if args.am_weights else None
         sets = _load_sets(paths, _split(args.dev_ref), "--dev", args.nbest)
-        lms = load_lms(specs, **({"device": args.device} if args.device else {}))
+        if not args.no_normalize:  # WER and LMs on the same normalised text, as slm-rescore
+            sets = _normalized(sets)
+        options = {"dtype": args.dtype, "truncate": args.truncate, "unknown": args.unknown}
+        if args.device:
+            options["device"] = args.device
+        if args.no_normalize:
+            options["normalize"] = False
+        lms = load_lms(specs, **options)
         out = Path(args.out)
         command = "python local/lm_combination_table.py " + " ".join(sys.argv[1:] if argv is None else argv)
         labels, cells, baseline = [], {}, {}
@@ -69,7 +76,7 @@ def main(argv=None) -> str:
                 cells[label, test.name] = _cell(reports[1], result.best)
                 baseline[test.name] = reports[1]
     except InputError as err:
-        sys.exit(f"lm_combination_table: error: {err}")
+        fail("lm_combination_table", err)
     a, b = sets[1].name, sets[0].name  # the test sets of the two directions
     lines = [f"| system | {a} WER (weights tuned on {b}) | {b} WER (weights tuned on {a}) |", "|---|---|---|",
              f"| AM only | {baseline[a].wer_am:.2f} | {baseline[b].wer_am:.2f} |"]

@@ -130,6 +130,9 @@ def make(args) -> None:
         shutil.copy2(model / name, tmp / name)
     write_atomic(tmp / "card.json", json.dumps(card, indent=1))
     write_atomic(tmp / "README.md", card_markdown(args.name, card))
+    for path in tmp.iterdir():
+        path.chmod(0o644)  # readable by every user of an installed package (temp files are 0600)
+    tmp.chmod(0o755)
     if dest.exists():
         shutil.rmtree(dest)
     tmp.rename(dest)
@@ -138,7 +141,7 @@ def make(args) -> None:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="action", required=True)
     mk = sub.add_parser("make")
     mk.add_argument("--model", required=True, help="slm-pretrain model directory (OUT/model)")
     mk.add_argument("--name", required=True)
@@ -152,7 +155,7 @@ def main(argv=None):
     ck.add_argument("model", help="a shipped name or a model directory")
     ck.add_argument("--lambda", dest="lam", type=float, help="LM weight (default: the card's)")
     args = parser.parse_args(argv)
-    if args.command == "make":
+    if args.action == "make":
         make(args)
     else:
         lam = args.lam

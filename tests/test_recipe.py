@@ -276,10 +276,11 @@ def test_sharded_equals_unsharded(micro, tmp_path, fake_slurm):
     assert (r1 / "tuning.json").read_bytes() == (r2 / "tuning.json").read_bytes()
     for s in ("dev_clean", "test_other"):
         assert (r1 / s / "1best_recog" / "text").read_bytes() == (r2 / s / "1best_recog" / "text").read_bytes()
-    def cache(d):
-        (f,) = (d / "lm_cache").glob("*.json")
-        return json.loads(f.read_text())
-    assert cache(r1) == cache(r2)
+    def cache(d):  # the merged score cache (JSON lines: a header, then [text, score] rows), order aside
+        (f,) = (d / "lm_cache").glob("*.jsonl")
+        header, *rows = [json.loads(line) for line in f.read_text().splitlines()]
+        return header, dict(rows)
+    assert cache(r1) == cache(r2) and len(cache(r1)[1]) > 0
 
 
 # ---------------------------------------------------------------------------------------------

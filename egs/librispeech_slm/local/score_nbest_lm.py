@@ -13,12 +13,12 @@ nothing itself and its outputs are those of an unsharded run.
 """
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from slm_lm.errors import InputError
-from slm_lm.nbest import load_nbest
+from slm_lm.errors import InputError, fail
+from slm_lm.nbest import load_nbest, normalize_nbest
 from slm_lm.rescore import LMScoreCache, lm_scores
+from slm_lm.text_norm import normalize_librispeech
 
 
 def read_keys(path):
@@ -36,7 +36,7 @@ def score_shard(args):
     keys = read_keys(args.keys)
     texts, found = [], set()
     for d in args.nbest_dirs:
-        s = load_nbest(d, None, args.nbest)
+        s, _ = normalize_nbest(load_nbest(d, None, args.nbest), normalize_librispeech)  # as slm-rescore scores
         for uttid, hyps in s.hyps.items():
             if uttid in keys:
                 found.add(uttid)
@@ -54,19 +54,18 @@ def merge(args):
     logdir = Path(args.nbest_dirs[0])
     per_model = {}
     for n in range(1, args.merge + 1):
-        files = sorted((logdir / f"cache.{n}").glob("*.json"))
+        files = sorted((logdir / f"cache.{n}").glob("*.jsonl"))
         if not files:
             raise InputError(f"{logdir}/cache.{n}: no scores (did scoring job {n} run?)")
         for path in files:
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                per_model.setdefault(data["model"], {}).update(data["scores"])
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise InputError(f"{path}: not an LM score cache") from None
+                model = json.loads(path.read_text(encoding="utf-8").split("\n", 1)[0])["model"]
+            except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
+                raise InputError(f"{path}:1: not an LM score cache") from None
+            per_model.setdefault(model, {}).update(LMScoreCache(path.parent, model).scores)
     for model, scores in per_model.items():
         cache = LMScoreCache(args.cache, model)
-        cache.scores.update(scores)
-        cache.save()
+        cache.add({t: v for t, v in scores.items() if t not in cache.scores})
         print(f"{cache.path}: {len(cache.scores)} scores of {model} ({args.merge} shards)")
 
 
@@ -93,4 +92,4 @@ if __name__ == "__main__":
     try:
         main()
     except InputError as e:
-        sys.exit(f"score_nbest_lm.py: error: {e}")
+        fail("score_nbest_lm.py", e)

@@ -1,0 +1,62 @@
+"""The shipped pretrained models (slm_lm/pretrained): present, small, fp16, loadable by name from every
+entry point, and still measuring what their model cards say."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from slm_lm import pretrained
+from slm_lm.scorer import Scorer
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = ("slm-books", "clm-books")
+sys.path.insert(0, str(REPO / "local"))
+
+
+def test_the_books_models_are_shipped_small_and_fp16():
+    assert set(SHIPPED) <= set(pretrained.names())
+    for name in SHIPPED:
+        root = pretrained.path(name)
+        for file in ("model.safetensors", "config.json", "bpe.model", "tokens.txt", "card.json", "README.md"):
+            assert (root / file).is_file(), (name, file)
+        assert (root / "model.safetensors").stat().st_size <= 10 * 2**20
+        with safe_open(str(root / "model.safetensors"), "pt") as f:
+            assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.float16}
+        card = json.loads((root / "card.json").read_text())
+        assert card["training"]["kind"] == name.split("-")[0]
+        assert f"{card['blimp']['overall']:.1f} %" in (root / "README.md").read_text()
+    assert not list(pretrained.ROOT.glob("*/checkpoint.pt")), "training checkpoints are never shipped"
+
+
+def test_loading_by_name_everywhere_gives_the_same_scores(tmp_path):
+    sentences = ["THE CAT SAT ON THE MAT", "HE SAID THAT HE WOULD COME"]
+    scorer = Scorer.from_pretrained("slm-books")
+    direct = scorer.score(sentences)
+    (tmp_path / "in.txt").write_text("\n".join(sentences) + "\n")
+    subprocess.run([sys.executable, "-m", "slm_lm.bin.score", "--model", "slm-books", "--input",
+                    str(tmp_path / "in.txt"), "--output", str(tmp_path / "out.tsv")], check=True, cwd=tmp_path)
+    rows = [line.split("\t") for line in (tmp_path / "out.tsv").read_text().splitlines()]
+    assert [r[0] for r in rows] == ["1", "2"]
+    assert [float(r[1]) for r in rows] == pytest.approx(direct, abs=1e-3)
+    assert Scorer.from_pretrained("clm-books").score(sentences) != pytest.approx(direct, abs=1e-2)
+    with pytest.raises(Exception, match="no-such-model"):
+        Scorer.from_pretrained("no-such-model")
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_card_check_figures_are_reproduced(name):
+    """BLiMP (10 pairs per paradigm) and dev_clean rescoring (200 utterances, the card's lambda) give the
+    card's figures again: the shipped fp16 weights are the ones the card describes."""
+    from pretrained_card import check_figures
+
+    card = json.loads((pretrained.path(name) / "card.json").read_text())["check"]
+    got = check_figures(name, card["lambda"])
+    assert got["blimp_pairs"] == card["blimp_pairs"] and got["dev_clean_utts"] == card["dev_clean_utts"]
+    assert got["blimp_accuracy"] == pytest.approx(card["blimp_accuracy"], abs=0.2)  # percent
+    assert got["wer_am"] == pytest.approx(card["wer_am"], abs=1e-6)
+    assert got["wer_rescored"] == pytest.approx(card["wer_rescored"], abs=0.05)
+    assert got["mean_lm_score"] == pytest.approx(card["mean_lm_score"], abs=0.05)
