@@ -16,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-from slm_lm.bin.rescore import _load_sets, _normalized, _split, build_parser, load_lms
+from slm_lm.bin.rescore import _load_sets, _normalized, _split, build_parser, load_lms, scorer_options
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
 from slm_lm.rescore import parse_am_weights, parse_length_norm, parse_range, rescore
@@ -53,12 +53,7 @@ def main(argv=None) -> str:
         sets = _load_sets(paths, _split(args.dev_ref), "--dev", args.nbest)
         if not args.no_normalize:  # WER and LMs on the same normalised text, as slm-rescore
             sets = _normalized(sets)
-        options = {"dtype": args.dtype, "truncate": args.truncate, "unknown": args.unknown}
-        if args.device:
-            options["device"] = args.device
-        if args.no_normalize:
-            options["normalize"] = False
-        lms = load_lms(specs, **options)
+        lms = load_lms(specs, **scorer_options(args))
         out = Path(args.out)
         command = "python local/lm_combination_table.py " + " ".join(sys.argv[1:] if argv is None else argv)
         labels, cells, baseline = [], {}, {}

@@ -112,6 +112,16 @@ def load_lms(specs: list[str], **scorer_options) -> list:
     return lms
 
 
+def scorer_options(args: argparse.Namespace) -> dict:
+    """The load_scorer options of the parsed command line (dtype, truncate, unknown, device, normalize)."""
+    options = {"dtype": args.dtype, "truncate": args.truncate, "unknown": args.unknown}
+    if args.device:
+        options["device"] = args.device
+    if args.no_normalize:
+        options["normalize"] = False
+    return options
+
+
 def _normalized(sets: list) -> list:
     """The sets with hypotheses and references normalised as the LM sees them; a hypothesis whose
     text normalises to nothing (e.g. another script) would get the empty sentence's score: an error."""
@@ -143,12 +153,7 @@ def main(argv=None) -> None:
         if not args.no_normalize:
             dev, test = _normalized(dev), _normalized(test)
         check_no_overlap(args.out, [s.source for s in dev + test])
-        kwargs = {"dtype": args.dtype, "truncate": args.truncate, "unknown": args.unknown}
-        if args.device:
-            kwargs["device"] = args.device
-        if args.no_normalize:
-            kwargs["normalize"] = False
-        scorers = load_lms(specs, **kwargs)
+        scorers = load_lms(specs, **scorer_options(args))
         settings = {"command": "slm-rescore " + " ".join(sys.argv[1:] if argv is None else argv)}
         if args.nbest:
             settings["N-best"] = args.nbest
