@@ -523,3 +523,16 @@ def test_cmd_backends_are_valid_shell():
     out = subprocess.run(["bash", "-c", ". ./cmd.sh && echo $train_cmd"], cwd=RECIPE, env=env,
                          capture_output=True, text=True, check=True).stdout
     assert out.startswith("local/run_slurm.sh")
+
+
+
+@pytest.mark.parametrize("script,args", [("score_wer.py", ["DIR"]), ("decode_nbest.py", ["--out", "DIR"])])
+def test_local_scripts_report_bad_input_in_one_line_with_status_2(script, args, tmp_path):
+    """The recipe's local/ scripts exit 2 with one line naming the missing file, no traceback."""
+    missing = tmp_path / "nodata"
+    proc = subprocess.run([sys.executable, f"local/{script}", "--data", str(missing),
+                           *[str(tmp_path) if a == "DIR" else a for a in args]],
+                          cwd=RECIPE, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"{script}: error: {missing}/") and "not found" in line, line

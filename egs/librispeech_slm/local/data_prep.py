@@ -10,13 +10,12 @@ file its transcript; otherwise an InputError names the file and line.
 """
 import argparse
 import os
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 from kaldiio.utils import open_like_kaldi
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
 
 
 def read_subset(subset_dir):
@@ -86,4 +85,4 @@ if __name__ == "__main__":
     try:
         main()
     except InputError as e:
-        sys.exit(f"data_prep.py: error: {e}")
+        fail("data_prep.py", e)

@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 from tqdm import tqdm
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
 
 LAYOUT = ("text", "token", "token_int", "score", "scores")
@@ -217,4 +217,4 @@ if __name__ == "__main__":
     try:
         main()
     except InputError as e:
-        sys.exit(f"decode_nbest.py: error: {e}")
+        fail("decode_nbest.py", e)

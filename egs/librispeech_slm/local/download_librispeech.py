@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
 
 PARTS = ["train-clean-100", "train-clean-360", "train-other-500", "dev-clean", "dev-other",
          "test-clean", "test-other"]
@@ -226,4 +226,4 @@ if __name__ == "__main__":
     try:
         main()
     except InputError as e:
-        sys.exit(f"download_librispeech.py: error: {e}")
+        fail("download_librispeech.py", e)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import jiwer
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
 
 
@@ -163,4 +163,4 @@ if __name__ == "__main__":
     try:
         main()
     except InputError as e:
-        sys.exit(f"make_results.py: error: {e}")
+        fail("make_results.py", e)

@@ -33,7 +33,7 @@ import torch
 import torchaudio.functional as AF
 from tqdm import tqdm
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
 from slm_lm.text_norm import normalize_librispeech
 
@@ -199,4 +199,4 @@ if __name__ == "__main__":
     try:
         main()
     except InputError as e:
-        sys.exit(f"mini_corpus.py: error: {e}")
+        fail("mini_corpus.py", e)

@@ -6,12 +6,11 @@ and ``<dir>/score_wer/result.txt``, the WER summary (ESPnet's columns, jiwer ali
     score_wer.py --data data/dev_clean exp/asr_x/decode_asr_asr_model_valid.acc.ave/dev_clean
 """
 import argparse
-import sys
 from pathlib import Path
 
 from make_results import counts, read_text, table
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
 
 
@@ -48,4 +47,4 @@ if __name__ == "__main__":
     try:
         main()
     except InputError as e:
-        sys.exit(f"score_wer.py: error: {e}")
+        fail("score_wer.py", e)

@@ -10,7 +10,6 @@ Factor 1.0 keeps the original audio and ids. ``wav.scp``, ``text``, ``utt2spk``,
 output directory are sorted; audio already written by an interrupted run is kept (resume).
 """
 import argparse
-import sys
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 from data_prep import write_table
 from decode_nbest import read_table
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
 
 
 def perturb_one(job):
@@ -92,4 +91,4 @@ if __name__ == "__main__":
     try:
         main()
     except InputError as e:
-        sys.exit(f"speed_perturb.py: error: {e}")
+        fail("speed_perturb.py", e)
