@@ -10,6 +10,7 @@ import torch
 from safetensors import safe_open
 
 from slm_lm import pretrained
+from slm_lm.errors import InputError
 from slm_lm.scorer import Scorer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ def test_loading_by_name_everywhere_gives_the_same_scores(tmp_path):
     assert [r[0] for r in rows] == ["1", "2"]
     assert [float(r[1]) for r in rows] == pytest.approx(direct, abs=1e-3)
     assert Scorer.from_pretrained("clm-books").score(sentences) != pytest.approx(direct, abs=1e-2)
-    with pytest.raises(Exception, match="no-such-model"):
+    with pytest.raises(InputError, match=r"no-such-model: .*shipped models: clm-books, slm-books"):
         Scorer.from_pretrained("no-such-model")
 
 
