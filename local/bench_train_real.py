@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""Training speed through the real `slm-lm-train` path next to the bare step, in one run.
+
+Real path: ESPnet's trainer as `slm-lm-train` runs it (`SlmLMTask.main`, in this process): the recipe's
+LM config (`--config`, `{kind}` filled in) with the model size `--size`, its data loader over an ESPnet
+text file of real book sentences with the shipped BPE, length-bucketed batches of mixed lengths and
+their padding, the reporter and its logging, grad clipping, the scheduler. Only `train_one_epoch` is
+timed (a `Trainer` subclass times it), so process start-up, model building, validation and checkpoint
+saving are left out; data loading and tokenisation happen inside it (num_workers 0) and are counted.
+Tokens/s counts real tokens only: each sentence's pieces + its two `<sos/eos>`, no padding.
+
+Bare step: `bench_train_speed.train_step` (model.loss + backward + AdamW) on random `--length`-token rows
+without padding, on a model of the same kind, size and vocabulary, `--tokens` tokens a batch; the real
+path's `batch_bins` is set so its batches hold the same number of real tokens on average.
+
+Interleaving: after every real epoch (`--iters` updates) the hook runs `--iters` bare steps, so a load
+that changes hits both alike. The first epoch of each is a warm-up; the table gives the median of the
+`--epochs` others. Model FLOP/s = 6 x parameters x tokens/s; MFU against the fp32 (and, with
+`--dtype bfloat16`, bf16) n x n matmul peak measured in the same run.
+
+Text: `--text` (one sentence a line) or the first `--books` books of ../shared/data/text/gutenberg
+prepared with `slm-prepare-lm-text`'s code. Example:
+    python local/bench_train_real.py --kinds slm,clm --size mini --tokens 2048 --threads 1 --epochs 7
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+from bench_train_speed import matmul_tflops, random_batch, train_step  # noqa: E402
+from espnet2.train.trainer import Trainer  # noqa: E402
+
+from slm_lm.config import KINDS, SIZES  # noqa: E402
+from slm_lm.espnet_lm.checks import kind_token_list, lm_config  # noqa: E402
+from slm_lm.espnet_lm.data import write_espnet_text  # noqa: E402
+from slm_lm.espnet_lm.task import SlmLMTask  # noqa: E402
+from slm_lm.fileio import write_atomic  # noqa: E402
+from slm_lm.lm_text import PrepConfig, prepare_lm_text  # noqa: E402
+from slm_lm.models import model_from_config  # noqa: E402
+
+REPO = HERE.parent
+BOOKS = REPO.parent / "shared" / "data" / "text" / "gutenberg"
+TOKENIZER = REPO / "slm_lm" / "pretrained" / "slm-books"
+CONFIG = REPO / "egs" / "librispeech_slm" / "conf" / "train_lm_{kind}_mini.yaml"
+VALID_SENTENCES = 20  # ESPnet needs a validation set; it is not timed
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kinds", default="slm,clm", help="comma-separated LM kinds")
+    p.add_argument("--size", default="mini", choices=sorted(SIZES))
+    p.add_argument("--tokens", type=int, default=2048, help="real tokens per batch, <sos/eos> included")
+    p.add_argument("--length", type=int, default=32, help="tokens per row of the bare step's batches")
+    p.add_argument("--epochs", type=int, default=7, help="timed epochs (real) and step groups (bare) per kind")
+    p.add_argument("--iters", type=int, default=4, help="updates per epoch (real) and per group (bare)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="autocast dtype (float32: none)")
+    p.add_argument("--matmul-size", type=int, default=2048, help="n of the n x n matmul peaks for MFU")
+    p.add_argument("--config", default=str(CONFIG), help="ESPnet LM config; {kind} is replaced by the kind")
+    p.add_argument("--text", help="one sentence a line (default: prepared from --books shared books)")
+    p.add_argument("--books", type=int, default=3, help="how many shared books to prepare when no --text")
+    p.add_argument("--tokenizer", default=str(TOKENIZER), help="directory with bpe.model and tokens.txt")
+    p.add_argument("--work-dir", help="where the ESPnet data and experiments go (default: a temporary dir)")
+    p.add_argument("--json", help="also write the results here (atomically)")
+    args = p.parse_args(argv)
+    args.kinds = args.kinds.split(",")
+    unknown = set(args.kinds) - set(KINDS)
+    if unknown:
+        p.error(f"unknown kinds {sorted(unknown)}; choose from {KINDS}")
+    if args.tokens < args.length or args.length < 3 or args.epochs < 1 or args.iters < 1:
+        p.error("need --length >= 3, --tokens >= --length, --epochs >= 1 and --iters >= 1")
+    return args
+
+
+def espnet_data(args, work: Path) -> dict:
+    """ESPnet `text`/`text_shape` dirs for train and valid from real sentences; mean pieces a sentence."""
+    text = Path(args.text) if args.text else None
+    if text is None:
+        books = sorted(BOOKS.glob("*.txt.gz"))[: args.books]
+        text = work / "sentences.txt"
+        prepare_lm_text(books, text, config=PrepConfig(valid_every=0), report=work / "sentences.report.json")
+    lines = text.read_text(encoding="utf-8").splitlines(keepends=True)
+    if len(lines) <= VALID_SENTENCES:
+        sys.exit(f"{text}: only {len(lines)} sentences; need more than {VALID_SENTENCES}")
+    write_atomic(work / "train.txt", "".join(lines[:-VALID_SENTENCES]))
+    write_atomic(work / "valid.txt", "".join(lines[-VALID_SENTENCES:]))
+    bpemodel = Path(args.tokenizer) / "bpe.model"
+    for split in ("train", "valid"):
+        write_espnet_text(work / f"{split}.txt", work / split, bpemodel)
+    pieces = [int(line.split()[1]) for line in (work / "train" / "text_shape").read_text().splitlines()]
+    return dict(work=work, sentences=len(pieces), mean_pieces=statistics.mean(pieces))
+
+
+def real_path_config(args, kind: str, data: dict, out: Path) -> Path:
+    """The recipe config of `kind` with the benchmark's size, batch size and epochs."""
+    config = yaml.safe_load(Path(args.config.format(kind=kind)).read_text())
+    mean = data["mean_pieces"]
+    config.update(
+        lm_conf={"size": args.size, "max_positions": config["lm_conf"].get("max_positions", 512)},
+        # batch_bins counts (padded) pieces; a sentence's real tokens are its pieces + 2
+        batch_bins=round(args.tokens * mean / (mean + 2)),
+        max_epoch=args.epochs + 1, num_iters_per_epoch=args.iters, keep_nbest_models=1,
+        use_matplotlib=False, use_tensorboard=False,
+    )
+    if args.dtype != "float32":
+        config["model_conf"] = {"autocast": args.dtype}
+    path = out.with_suffix(".yaml")
+    write_atomic(path, yaml.safe_dump(config))
+    return path
+
+
+def counted(iterator, counts: dict):
+    """Yield ESPnet's batches unchanged, adding their real and padded tokens (<sos/eos> included) to counts."""
+    for utt_ids, batch in iterator:
+        lengths = batch["text_lengths"] + 2
+        counts["real"] += int(lengths.sum())
+        counts["padded"] += len(lengths) * int(lengths.max())
+        counts["batches"] += 1
+        yield utt_ids, batch
+
+
+def timed_task(epochs: list, after_epoch):
+    """`SlmLMTask` whose trainer times each `train_one_epoch`, appends its counts to `epochs`, then calls
+    `after_epoch()` (the interleaved bare steps), outside the timed span."""
+
+    class TimedTrainer(Trainer):
+        @classmethod
+        def train_one_epoch(cls, **kwargs):
+            counts = dict(real=0, padded=0, batches=0)
+            kwargs["iterator"] = counted(kwargs["iterator"], counts)
+            start = time.perf_counter()
+            result = super().train_one_epoch(**kwargs)
+            epochs.append(dict(counts, seconds=time.perf_counter() - start))
+            after_epoch()
+            return result
+
+    return type("TimedLMTask", (SlmLMTask,), {"trainer": TimedTrainer})
+
+
+def bench_kind(args, kind: str, data: dict, dtype) -> dict:
+    """Real epochs and bare step groups of `kind`, interleaved; per-epoch timings of each."""
+    tokenizer = Path(args.tokenizer)
+    vocab = len(kind_token_list(kind, tokenizer / "tokens.txt"))
+    out = data["work"] / f"exp_{kind}"
+    config = real_path_config(args, kind, data, out)
+    cfg = lm_config(kind, vocab, yaml.safe_load(config.read_text())["lm_conf"], str(config))
+    torch.manual_seed(0)
+    bare_model = model_from_config(cfg).train()
+    optimizer = torch.optim.AdamW(bare_model.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01)
+    generator = torch.Generator().manual_seed(0)
+    batches = [random_batch(vocab, args.tokens // args.length, args.length, torch.device("cpu"), generator)
+               for _ in range(args.iters)]
+    bare, real = [], []
+
+    def bare_group():
+        start = time.perf_counter()
+        for tokens, lengths in batches:
+            train_step(bare_model, optimizer, tokens, lengths, dtype)
+        tokens = sum(t.numel() for t, _ in batches)
+        bare.append(dict(real=tokens, padded=tokens, batches=len(batches), seconds=time.perf_counter() - start))
+        print(f"{kind}: epoch {len(real)}/{args.epochs + 1} real {real[-1]['real'] / real[-1]['seconds']:.0f}, "
+              f"bare {bare[-1]['real'] / bare[-1]['seconds']:.0f} tokens/s", file=sys.stderr, flush=True)
+
+    tok = str(tokenizer)
+    timed_task(real, bare_group).main(cmd=[
+        "--config", str(config), "--ngpu", "0", "--token_type", "bpe",
+        "--token_list", f"{tok}/tokens.txt", "--bpemodel", f"{tok}/bpe.model",
+        "--train_data_path_and_name_and_type", f"{data['work']}/train/text,text,text",
+        "--train_shape_file", f"{data['work']}/train/text_shape",
+        "--valid_data_path_and_name_and_type", f"{data['work']}/valid/text,text,text",
+        "--valid_shape_file", f"{data['work']}/valid/text_shape", "--output_dir", str(out)])
+    return dict(params=sum(p.numel() for p in bare_model.parameters()), bare=bare[1:], real=real[1:])
+
+
+def summary(kind: str, path: str, params: int, epochs: list, peaks: dict) -> dict:
+    """Median tokens/s over `epochs` and what follows from it."""
+    tokens_per_s = statistics.median(e["real"] / e["seconds"] for e in epochs)
+    batches = sum(e["batches"] for e in epochs)
+    row = dict(kind=kind, path=path, params_m=params / 1e6, tokens_per_batch=sum(e["real"] for e in epochs) / batches,
+               pad=1 - sum(e["real"] for e in epochs) / sum(e["padded"] for e in epochs),
+               tokens_per_s=tokens_per_s, model_tflops=6 * params * tokens_per_s / 1e12)
+    row.update({f"mfu_{name}": row["model_tflops"] / peak for name, peak in peaks.items()})
+    return row
+
+
+def print_table(args, rows: list, peaks: dict, loads: list, data: dict) -> None:
+    print(f"size {args.size}, {args.threads} threads, {args.dtype}, {args.tokens} tokens/batch, median of "
+          f"{args.epochs} epochs x {args.iters} updates; real path: {data['sentences']} book sentences, "
+          f"{data['mean_pieces']:.1f} pieces each on average; bare: rows of {args.length}; "
+          + ", ".join(f"{args.matmul_size}^2 {name} matmul peak {peak:.3g} TFLOP/s" for name, peak in peaks.items())
+          + f"; load average {loads[0]:.2f} at start, {loads[1]:.2f} at end")
+    mfu_names = list(peaks)
+    print("| kind | path | params (M) | real tokens/batch | padding | tokens/s | real/bare | model TFLOP/s (6*N*tokens/s) | "
+          + " | ".join(f"MFU vs {name}" for name in mfu_names) + " |")
+    print("|---|---|---|---|---|---|---|---|" + "---|" * len(mfu_names))
+    for r in rows:
+        mfu = " | ".join(f"{100 * r[f'mfu_{name}']:.1f} %" for name in mfu_names)
+        print(f"| {r['kind']} | {r['path']} | {r['params_m']:.2f} | {r['tokens_per_batch']:.0f} | {100 * r['pad']:.1f} % | "
+              f"{r['tokens_per_s']:.0f} | {r['real_vs_bare']:.2f} | {r['model_tflops']:.3g} | {mfu} |")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    loads = [os.getloadavg()[0]]
+    torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    with tempfile.TemporaryDirectory(prefix="bench_train_real.") as tmp:
+        work = Path(args.work_dir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        data = espnet_data(args, work)
+        peaks = {"fp32": matmul_tflops(args.matmul_size, torch.float32, torch.device("cpu"))}
+        if dtype == torch.bfloat16:
+            peaks["bf16"] = matmul_tflops(args.matmul_size, torch.bfloat16, torch.device("cpu"))
+        rows = []
+        for kind in args.kinds:
+            measured = bench_kind(args, kind, data, dtype)
+            torch.set_num_threads(args.threads)  # in case the trainer changed it
+            bare = summary(kind, "bare", measured["params"], measured["bare"], peaks)
+            real = summary(kind, "real", measured["params"], measured["real"], peaks)
+            bare["real_vs_bare"], real["real_vs_bare"] = 1.0, real["tokens_per_s"] / bare["tokens_per_s"]
+            rows += [bare, real]
+    loads.append(os.getloadavg()[0])
+    print_table(args, rows, peaks, loads, data)
+    if args.json:
+        write_atomic(args.json, json.dumps(dict(vars(args), matmul_peaks_tflops=peaks, load_average=loads,
+                                                 sentences=data["sentences"], rows=rows), indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
