@@ -2,7 +2,7 @@
 """Training speed through the real `slm-lm-train` path next to the bare step, in one run.
 
 Real path: ESPnet's trainer as `slm-lm-train` runs it (`SlmLMTask.main`, in this process): the recipe's
-LM config (`--config`, `{kind}` filled in) with the model size `--size`, its data loader over an ESPnet
+LM config (`--config`, `{kind}` filled in) with the model size `--size` (or its own), its data loader over an ESPnet
 text file of real book sentences with the shipped BPE, length-bucketed batches of mixed lengths and
 their padding, the reporter and its logging, grad clipping, the scheduler. Only `train_one_epoch` is
 timed (a `Trainer` subclass times it), so process start-up, model building, validation and checkpoint
@@ -43,6 +43,7 @@ from espnet2.train.trainer import Trainer  # noqa: E402
 from slm_lm.config import KINDS, SIZES  # noqa: E402
 from slm_lm.espnet_lm.checks import kind_token_list, lm_config  # noqa: E402
 from slm_lm.espnet_lm.data import write_espnet_text  # noqa: E402
+from slm_lm.espnet_lm.espnet_model import sentence_batch  # noqa: E402
 from slm_lm.espnet_lm.task import SlmLMTask  # noqa: E402
 from slm_lm.fileio import write_atomic  # noqa: E402
 from slm_lm.lm_text import PrepConfig, prepare_lm_text  # noqa: E402
@@ -53,12 +54,14 @@ BOOKS = REPO.parent / "shared" / "data" / "text" / "gutenberg"
 TOKENIZER = REPO / "slm_lm" / "pretrained" / "slm-books"
 CONFIG = REPO / "egs" / "librispeech_slm" / "conf" / "train_lm_{kind}_mini.yaml"
 VALID_SENTENCES = 20  # ESPnet needs a validation set; it is not timed
+PATHS = ("bare", "bare, real batches", "real")
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kinds", default="slm,clm", help="comma-separated LM kinds")
-    p.add_argument("--size", default="mini", choices=sorted(SIZES))
+    p.add_argument("--size", default="mini", choices=sorted(SIZES) + ["config"],
+                   help="model size; config: the config's own lm_conf (the recipe's mini LM: 2 layers, d_model 128)")
     p.add_argument("--tokens", type=int, default=2048, help="real tokens per batch, <sos/eos> included")
     p.add_argument("--length", type=int, default=32, help="tokens per row of the bare step's batches")
     p.add_argument("--epochs", type=int, default=7, help="timed epochs (real) and step groups (bare) per kind")
@@ -105,8 +108,9 @@ def real_path_config(args, kind: str, data: dict, out: Path) -> Path:
     """The recipe config of `kind` with the benchmark's size, batch size and epochs."""
     config = yaml.safe_load(Path(args.config.format(kind=kind)).read_text())
     mean = data["mean_pieces"]
+    if args.size != "config":
+        config["lm_conf"] = {"size": args.size, "max_positions": config["lm_conf"].get("max_positions", 512)}
     config.update(
-        lm_conf={"size": args.size, "max_positions": config["lm_conf"].get("max_positions", 512)},
         # batch_bins counts (padded) pieces; a sentence's real tokens are its pieces + 2
         batch_bins=round(args.tokens * mean / (mean + 2)),
         max_epoch=args.epochs + 1, num_iters_per_epoch=args.iters, keep_nbest_models=1,
@@ -119,67 +123,86 @@ def real_path_config(args, kind: str, data: dict, out: Path) -> Path:
     return path
 
 
-def counted(iterator, counts: dict):
-    """Yield ESPnet's batches unchanged, adding their real and padded tokens (<sos/eos> included) to counts."""
+def counted(iterator, counts: dict, batches: list):
+    """Yield ESPnet's batches unchanged, adding their real and padded tokens (<sos/eos> included) to
+    `counts` and keeping them in `batches`."""
     for utt_ids, batch in iterator:
         lengths = batch["text_lengths"] + 2
         counts["real"] += int(lengths.sum())
         counts["padded"] += len(lengths) * int(lengths.max())
         counts["batches"] += 1
+        batches.append((batch["text"], batch["text_lengths"]))
         yield utt_ids, batch
 
 
 def timed_task(epochs: list, after_epoch):
     """`SlmLMTask` whose trainer times each `train_one_epoch`, appends its counts to `epochs`, then calls
-    `after_epoch()` (the interleaved bare steps), outside the timed span."""
+    `after_epoch(batches)` with that epoch's ESPnet batches, outside the timed span."""
 
     class TimedTrainer(Trainer):
         @classmethod
         def train_one_epoch(cls, **kwargs):
-            counts = dict(real=0, padded=0, batches=0)
-            kwargs["iterator"] = counted(kwargs["iterator"], counts)
+            counts, batches = dict(real=0, padded=0, batches=0), []
+            kwargs["iterator"] = counted(kwargs["iterator"], counts, batches)
             start = time.perf_counter()
             result = super().train_one_epoch(**kwargs)
             epochs.append(dict(counts, seconds=time.perf_counter() - start))
-            after_epoch()
+            after_epoch(batches)
             return result
 
     return type("TimedLMTask", (SlmLMTask,), {"trainer": TimedTrainer})
 
 
+def timed_steps(model, optimizer, batches: list, dtype) -> dict:
+    """Bare steps on `batches` of (tokens, lengths): real and padded tokens, seconds."""
+    start = time.perf_counter()
+    for tokens, lengths in batches:
+        train_step(model, optimizer, tokens, lengths, dtype)
+    return dict(real=sum(int(lengths.sum()) for _, lengths in batches), padded=sum(t.numel() for t, _ in batches),
+                batches=len(batches), seconds=time.perf_counter() - start)
+
+
+def reporter_means(out: Path, epochs: range) -> dict:
+    """ESPnet's own per-update times (s) of the real path, averaged over `epochs`, from its checkpoint."""
+    stats = torch.load(out / "checkpoint.pth", map_location="cpu", weights_only=False)["reporter"]["stats"]
+    keys = ("iter_time", "forward_time", "backward_time", "optim_step_time", "train_time")
+    return {key: statistics.mean(float(stats[e]["train"][key]) for e in epochs) for key in keys}
+
+
 def bench_kind(args, kind: str, data: dict, dtype) -> dict:
-    """Real epochs and bare step groups of `kind`, interleaved; per-epoch timings of each."""
+    """Per-epoch timings of `kind`, interleaved: the real path's epoch, then the bare step on random rows
+    and on that epoch's real batches (the real path's shapes without its trainer)."""
     tokenizer = Path(args.tokenizer)
     vocab = len(kind_token_list(kind, tokenizer / "tokens.txt"))
     out = data["work"] / f"exp_{kind}"
     config = real_path_config(args, kind, data, out)
     cfg = lm_config(kind, vocab, yaml.safe_load(config.read_text())["lm_conf"], str(config))
     torch.manual_seed(0)
-    bare_model = model_from_config(cfg).train()
-    optimizer = torch.optim.AdamW(bare_model.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01)
+    model = model_from_config(cfg).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01)
     generator = torch.Generator().manual_seed(0)
-    batches = [random_batch(vocab, args.tokens // args.length, args.length, torch.device("cpu"), generator)
-               for _ in range(args.iters)]
-    bare, real = [], []
+    random_rows = [random_batch(vocab, args.tokens // args.length, args.length, torch.device("cpu"), generator)
+                   for _ in range(args.iters)]
+    times = {path: [] for path in PATHS}
 
-    def bare_group():
-        start = time.perf_counter()
-        for tokens, lengths in batches:
-            train_step(bare_model, optimizer, tokens, lengths, dtype)
-        tokens = sum(t.numel() for t, _ in batches)
-        bare.append(dict(real=tokens, padded=tokens, batches=len(batches), seconds=time.perf_counter() - start))
-        print(f"{kind}: epoch {len(real)}/{args.epochs + 1} real {real[-1]['real'] / real[-1]['seconds']:.0f}, "
-              f"bare {bare[-1]['real'] / bare[-1]['seconds']:.0f} tokens/s", file=sys.stderr, flush=True)
+    def bare_groups(real_batches):
+        times["bare"].append(timed_steps(model, optimizer, random_rows, dtype))
+        sentences = [sentence_batch(text[:, : int(lengths.max())], lengths, vocab - 1) for text, lengths in real_batches]
+        times["bare, real batches"].append(timed_steps(model, optimizer, sentences, dtype))
+        print(f"{kind}: epoch {len(times['real'])}/{args.epochs + 1}, tokens/s: "
+              + ", ".join(f"{path} {t[-1]['real'] / t[-1]['seconds']:.0f}" for path, t in times.items()),
+              file=sys.stderr, flush=True)
 
     tok = str(tokenizer)
-    timed_task(real, bare_group).main(cmd=[
+    timed_task(times["real"], bare_groups).main(cmd=[
         "--config", str(config), "--ngpu", "0", "--token_type", "bpe",
         "--token_list", f"{tok}/tokens.txt", "--bpemodel", f"{tok}/bpe.model",
         "--train_data_path_and_name_and_type", f"{data['work']}/train/text,text,text",
         "--train_shape_file", f"{data['work']}/train/text_shape",
         "--valid_data_path_and_name_and_type", f"{data['work']}/valid/text,text,text",
         "--valid_shape_file", f"{data['work']}/valid/text_shape", "--output_dir", str(out)])
-    return dict(params=sum(p.numel() for p in bare_model.parameters()), bare=bare[1:], real=real[1:])
+    return dict(params=sum(p.numel() for p in model.parameters()), times={p: t[1:] for p, t in times.items()},
+                reporter=reporter_means(out, range(2, args.epochs + 2)))
 
 
 def summary(kind: str, path: str, params: int, epochs: list, peaks: dict) -> dict:
@@ -193,20 +216,28 @@ def summary(kind: str, path: str, params: int, epochs: list, peaks: dict) -> dic
     return row
 
 
-def print_table(args, rows: list, peaks: dict, loads: list, data: dict) -> None:
+def print_tables(args, rows: list, breakdown: dict, peaks: dict, loads: list, data: dict) -> None:
+    """The speed table (every kind and path) and where the real path's time goes (ESPnet's reporter)."""
     print(f"size {args.size}, {args.threads} threads, {args.dtype}, {args.tokens} tokens/batch, median of "
           f"{args.epochs} epochs x {args.iters} updates; real path: {data['sentences']} book sentences, "
           f"{data['mean_pieces']:.1f} pieces each on average; bare: rows of {args.length}; "
           + ", ".join(f"{args.matmul_size}^2 {name} matmul peak {peak:.3g} TFLOP/s" for name, peak in peaks.items())
           + f"; load average {loads[0]:.2f} at start, {loads[1]:.2f} at end")
-    mfu_names = list(peaks)
     print("| kind | path | params (M) | real tokens/batch | padding | tokens/s | real/bare | model TFLOP/s (6*N*tokens/s) | "
-          + " | ".join(f"MFU vs {name}" for name in mfu_names) + " |")
-    print("|---|---|---|---|---|---|---|---|" + "---|" * len(mfu_names))
+          + " | ".join(f"MFU vs {name}" for name in peaks) + " |")
+    print("|---|---|---|---|---|---|---|---|" + "---|" * len(peaks))
     for r in rows:
-        mfu = " | ".join(f"{100 * r[f'mfu_{name}']:.1f} %" for name in mfu_names)
+        mfu = " | ".join(f"{100 * r[f'mfu_{name}']:.1f} %" for name in peaks)
         print(f"| {r['kind']} | {r['path']} | {r['params_m']:.2f} | {r['tokens_per_batch']:.0f} | {100 * r['pad']:.1f} % | "
               f"{r['tokens_per_s']:.0f} | {r['real_vs_bare']:.2f} | {r['model_tflops']:.3g} | {mfu} |")
+    print("\nReal path, s/update from ESPnet's reporter (mean of the timed epochs); other = grad-norm clipping, "
+          "zero_grad, reporter; last column: the bare step on the same batches")
+    print("| kind | data loading | forward | backward | optimizer + scheduler | other | total | bare step, same batches |")
+    print("|---|---|---|---|---|---|---|---|")
+    for kind, b in breakdown.items():
+        other = b["train_time"] - b["iter_time"] - b["forward_time"] - b["backward_time"] - b["optim_step_time"]
+        print(f"| {kind} | {b['iter_time']:.3f} | {b['forward_time']:.3f} | {b['backward_time']:.3f} | "
+              f"{b['optim_step_time']:.3f} | {other:.3f} | {b['train_time']:.3f} | {b['bare_same_batches']:.3f} |")
 
 
 def main(argv=None):
@@ -221,19 +252,23 @@ def main(argv=None):
         peaks = {"fp32": matmul_tflops(args.matmul_size, torch.float32, torch.device("cpu"))}
         if dtype == torch.bfloat16:
             peaks["bf16"] = matmul_tflops(args.matmul_size, torch.bfloat16, torch.device("cpu"))
-        rows = []
+        rows, breakdown = [], {}
         for kind in args.kinds:
             measured = bench_kind(args, kind, data, dtype)
             torch.set_num_threads(args.threads)  # in case the trainer changed it
-            bare = summary(kind, "bare", measured["params"], measured["bare"], peaks)
-            real = summary(kind, "real", measured["params"], measured["real"], peaks)
-            bare["real_vs_bare"], real["real_vs_bare"] = 1.0, real["tokens_per_s"] / bare["tokens_per_s"]
-            rows += [bare, real]
+            kind_rows = [summary(kind, path, measured["params"], measured["times"][path], peaks) for path in PATHS]
+            for row in kind_rows:
+                row["real_vs_bare"] = row["tokens_per_s"] / kind_rows[0]["tokens_per_s"]
+            rows += kind_rows
+            same = measured["times"]["bare, real batches"]
+            breakdown[kind] = dict(measured["reporter"], bare_same_batches=sum(e["seconds"] for e in same)
+                                   / sum(e["batches"] for e in same))
     loads.append(os.getloadavg()[0])
-    print_table(args, rows, peaks, loads, data)
+    print_tables(args, rows, breakdown, peaks, loads, data)
     if args.json:
         write_atomic(args.json, json.dumps(dict(vars(args), matmul_peaks_tflops=peaks, load_average=loads,
-                                                 sentences=data["sentences"], rows=rows), indent=2, default=str))
+                                                 sentences=data["sentences"], mean_pieces=data["mean_pieces"],
+                                                 rows=rows, real_path_seconds_per_update=breakdown), indent=2))
 
 
 if __name__ == "__main__":
