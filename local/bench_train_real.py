@@ -2,9 +2,9 @@
 """Training speed through the real `slm-lm-train` path next to the bare step, in one run.
 
 Real path: ESPnet's trainer as `slm-lm-train` runs it (`SlmLMTask.main`, in this process): the recipe's
-LM config (`--config`, `{kind}` filled in) with the model size `--size` (or its own), its data loader over an ESPnet
-text file of real book sentences with the shipped BPE, length-bucketed batches of mixed lengths and
-their padding, the reporter and its logging, grad clipping, the scheduler. Only `train_one_epoch` is
+LM config (`--config`, `{kind}` filled in) with the model size `--size` (`config`: its own), its data
+loader over an ESPnet text file of real book sentences with the shipped BPE, length-bucketed batches of
+mixed lengths and their padding, the reporter and its logging, grad clipping, the scheduler. Only `train_one_epoch` is
 timed (a `Trainer` subclass times it), so process start-up, model building, validation and checkpoint
 saving are left out; data loading and tokenisation happen inside it (num_workers 0) and are counted.
 Tokens/s counts real tokens only: each sentence's pieces + its two `<sos/eos>`, no padding.
@@ -13,10 +13,14 @@ Bare step: `bench_train_speed.train_step` (model.loss + backward + AdamW) on ran
 without padding, on a model of the same kind, size and vocabulary, `--tokens` tokens a batch; the real
 path's `batch_bins` is set so its batches hold the same number of real tokens on average.
 
-Interleaving: after every real epoch (`--iters` updates) the hook runs `--iters` bare steps, so a load
-that changes hits both alike. The first epoch of each is a warm-up; the table gives the median of the
-`--epochs` others. Model FLOP/s = 6 x parameters x tokens/s; MFU against the fp32 (and, with
-`--dtype bfloat16`, bf16) n x n matmul peak measured in the same run.
+Bare step on real batches: the same bare step fed the real path's batches of that epoch (its shapes and
+padding without its trainer), so real/bare splits into the cost of real shapes and that of the trainer.
+
+Interleaving: after every real epoch (`--iters` updates) the hook runs both bare paths on `--iters`
+batches each, so a load that changes hits all three alike. The first epoch of each is a warm-up; the
+table gives the median of the `--epochs` others. Model FLOP/s = 6 x parameters x tokens/s; MFU against
+the fp32 (and, with `--dtype bfloat16`, bf16) n x n matmul peak measured in the same run. The real path's
+bf16 is `model_conf: {autocast: bfloat16}` (ESPnet's `use_amp` autocasts CUDA only).
 
 Text: `--text` (one sentence a line) or the first `--books` books of ../shared/data/text/gutenberg
 prepared with `slm-prepare-lm-text`'s code. Example:
@@ -41,6 +45,7 @@ from bench_train_speed import matmul_tflops, random_batch, train_step  # noqa: E
 from espnet2.train.trainer import Trainer  # noqa: E402
 
 from slm_lm.config import KINDS, SIZES  # noqa: E402
+from slm_lm.errors import InputError, fail  # noqa: E402
 from slm_lm.espnet_lm.checks import kind_token_list, lm_config  # noqa: E402
 from slm_lm.espnet_lm.data import write_espnet_text  # noqa: E402
 from slm_lm.espnet_lm.espnet_model import sentence_batch  # noqa: E402
@@ -86,20 +91,25 @@ def parse_args(argv=None):
 
 
 def espnet_data(args, work: Path) -> dict:
-    """ESPnet `text`/`text_shape` dirs for train and valid from real sentences; mean pieces a sentence."""
-    text = Path(args.text) if args.text else None
-    if text is None:
-        books = sorted(BOOKS.glob("*.txt.gz"))[: args.books]
+    """ESPnet `text`/`text_shape` dirs `work`/train and `work`/valid (its last VALID_SENTENCES) from
+    real sentences; their number and mean pieces. Bad text raises `InputError` naming file and line."""
+    if args.text is None:
         text = work / "sentences.txt"
+        books = sorted(BOOKS.glob("*.txt.gz"))[: args.books]
         prepare_lm_text(books, text, config=PrepConfig(valid_every=0), report=work / "sentences.report.json")
-    lines = text.read_text(encoding="utf-8").splitlines(keepends=True)
-    if len(lines) <= VALID_SENTENCES:
-        sys.exit(f"{text}: only {len(lines)} sentences; need more than {VALID_SENTENCES}")
-    write_atomic(work / "train.txt", "".join(lines[:-VALID_SENTENCES]))
-    write_atomic(work / "valid.txt", "".join(lines[-VALID_SENTENCES:]))
-    bpemodel = Path(args.tokenizer) / "bpe.model"
-    for split in ("train", "valid"):
-        write_espnet_text(work / f"{split}.txt", work / split, bpemodel)
+    else:
+        text = Path(args.text)
+        outputs = {(work / split / name).resolve() for split in ("all", "train", "valid")
+                   for name in ("text", "text_shape")}
+        if text.resolve() in outputs:
+            raise InputError(f"{text}: the input would be replaced by the benchmark's data; give another --work-dir")
+    write_espnet_text(text, work / "all", Path(args.tokenizer) / "bpe.model")
+    for name in ("text", "text_shape"):
+        lines = (work / "all" / name).read_text(encoding="utf-8").splitlines(keepends=True)
+        if len(lines) <= VALID_SENTENCES:
+            raise InputError(f"{text}: {len(lines)} sentences; the benchmark needs more than {VALID_SENTENCES}")
+        write_atomic(work / "train" / name, "".join(lines[:-VALID_SENTENCES]))
+        write_atomic(work / "valid" / name, "".join(lines[-VALID_SENTENCES:]))
     pieces = [int(line.split()[1]) for line in (work / "train" / "text_shape").read_text().splitlines()]
     return dict(work=work, sentences=len(pieces), mean_pieces=statistics.mean(pieces))
 
@@ -187,7 +197,8 @@ def bench_kind(args, kind: str, data: dict, dtype) -> dict:
 
     def bare_groups(real_batches):
         times["bare"].append(timed_steps(model, optimizer, random_rows, dtype))
-        sentences = [sentence_batch(text[:, : int(lengths.max())], lengths, vocab - 1) for text, lengths in real_batches]
+        sentences = [sentence_batch(text[:, : int(lengths.max())], lengths, vocab - 1)
+                     for text, lengths in real_batches]
         times["bare, real batches"].append(timed_steps(model, optimizer, sentences, dtype))
         print(f"{kind}: epoch {len(times['real'])}/{args.epochs + 1}, tokens/s: "
               + ", ".join(f"{path} {t[-1]['real'] / t[-1]['seconds']:.0f}" for path, t in times.items()),
@@ -223,16 +234,19 @@ def print_tables(args, rows: list, breakdown: dict, peaks: dict, loads: list, da
           f"{data['mean_pieces']:.1f} pieces each on average; bare: rows of {args.length}; "
           + ", ".join(f"{args.matmul_size}^2 {name} matmul peak {peak:.3g} TFLOP/s" for name, peak in peaks.items())
           + f"; load average {loads[0]:.2f} at start, {loads[1]:.2f} at end")
-    print("| kind | path | params (M) | real tokens/batch | padding | tokens/s | real/bare | model TFLOP/s (6*N*tokens/s) | "
+    print("| kind | path | params (M) | real tokens/batch | padding | tokens/s | real/bare "
+          "| model TFLOP/s (6*N*tokens/s) | "
           + " | ".join(f"MFU vs {name}" for name in peaks) + " |")
     print("|---|---|---|---|---|---|---|---|" + "---|" * len(peaks))
     for r in rows:
         mfu = " | ".join(f"{100 * r[f'mfu_{name}']:.1f} %" for name in peaks)
-        print(f"| {r['kind']} | {r['path']} | {r['params_m']:.2f} | {r['tokens_per_batch']:.0f} | {100 * r['pad']:.1f} % | "
-              f"{r['tokens_per_s']:.0f} | {r['real_vs_bare']:.2f} | {r['model_tflops']:.3g} | {mfu} |")
+        print(f"| {r['kind']} | {r['path']} | {r['params_m']:.2f} | {r['tokens_per_batch']:.0f} | "
+              f"{100 * r['pad']:.1f} % | {r['tokens_per_s']:.0f} | {r['real_vs_bare']:.2f} | "
+              f"{r['model_tflops']:.3g} | {mfu} |")
     print("\nReal path, s/update from ESPnet's reporter (mean of the timed epochs); other = grad-norm clipping, "
           "zero_grad, reporter; last column: the bare step on the same batches")
-    print("| kind | data loading | forward | backward | optimizer + scheduler | other | total | bare step, same batches |")
+    print("| kind | data loading | forward | backward | optimizer + scheduler | other | total "
+          "| bare step, same batches |")
     print("|---|---|---|---|---|---|---|---|")
     for kind, b in breakdown.items():
         other = b["train_time"] - b["iter_time"] - b["forward_time"] - b["backward_time"] - b["optim_step_time"]
@@ -248,7 +262,10 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="bench_train_real.") as tmp:
         work = Path(args.work_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        data = espnet_data(args, work)
+        try:
+            data = espnet_data(args, work)
+        except InputError as e:
+            fail("bench_train_real", e)
         peaks = {"fp32": matmul_tflops(args.matmul_size, torch.float32, torch.device("cpu"))}
         if dtype == torch.bfloat16:
             peaks["bf16"] = matmul_tflops(args.matmul_size, torch.bfloat16, torch.device("cpu"))
