@@ -22,7 +22,7 @@ def sentence_batch(text: torch.Tensor, text_lengths: torch.Tensor, eos_id: int):
     return tokens, text_lengths + 2
 
 
-AUTOCAST_DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+AUTOCAST_DTYPES = {"float32": None, "bfloat16": torch.bfloat16}  # float16 would need a GradScaler
 
 
 class SlmESPnetLanguageModel(ESPnetLanguageModel):
