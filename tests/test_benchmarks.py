@@ -36,3 +36,42 @@ def test_scoring_benchmark_prints_latency_table_and_ratios(tmp_path):
     again = subprocess.run([sys.executable, str(ROOT / "local" / "bench_scoring.py"), "--from-json", str(out)],
                            capture_output=True, text=True, check=True, timeout=120)
     assert again.stdout.strip() == proc.stdout.strip()  # the saved run prints the same tables
+
+
+@pytest.mark.parametrize("dtype, kinds", [("float32", ["slm", "clm"]), ("bfloat16", ["clm"])])
+def test_real_path_benchmark_prints_ratio_table(tmp_path, dtype, kinds):
+    """bench_train_real.py on a tiny model and one shared book: for each kind, the bare step, the bare step
+    on the real batches and ESPnet's trainer (slm-lm-train's path) are timed; the printed real/bare ratios
+    and MFU follow from the printed tokens/s and the matmul peaks (bf16's too with --dtype bfloat16),
+    real batches hold about --tokens real tokens and carry padding (mixed lengths), and ESPnet's reporter
+    breakdown is printed. bf16 runs for correctness only (this CPU may lack fast bf16)."""
+    out = tmp_path / "real.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "local" / "bench_train_real.py"), "--kinds", ",".join(kinds), "--size", "tiny",
+         "--tokens", "256", "--length", "16", "--epochs", "1", "--iters", "2", "--books", "1", "--threads", "1",
+         "--matmul-size", "64", "--dtype", dtype, "--work-dir", str(tmp_path / "work"), "--json", str(out)],
+        capture_output=True, text=True, check=True, timeout=300,
+    )
+    result = json.loads(out.read_text())
+    peaks = result["matmul_peaks_tflops"]
+    assert list(peaks) == (["fp32", "bf16"] if dtype == "bfloat16" else ["fp32"]) and min(peaks.values()) > 0
+    paths = ("bare", "bare, real batches", "real")
+    table = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| ")]
+    assert [(c[0].strip(), c[1].strip()) for c in table[1 : 1 + 3 * len(kinds)]] == [
+        (kind, path) for kind in kinds for path in paths]
+    for kind in kinds:
+        rows = {r["path"]: r for r in result["rows"] if r["kind"] == kind}
+        printed = {c[1].strip(): c for c in table[1 : 1 + 3 * len(kinds)] if c[0].strip() == kind}
+        for path, row in rows.items():
+            ratio = row["tokens_per_s"] / rows["bare"]["tokens_per_s"]
+            assert float(printed[path][6]) == pytest.approx(ratio, abs=0.0051)
+            assert float(printed[path][5]) == pytest.approx(row["tokens_per_s"], abs=0.51)
+            for column, peak in enumerate(peaks.values(), start=8):
+                mfu = 6 * row["params_m"] * 1e6 * row["tokens_per_s"] / 1e12 / peak
+                assert float(printed[path][column].strip(" %")) == pytest.approx(100 * mfu, rel=0.01, abs=0.051)
+        assert rows["bare"]["pad"] == 0 and rows["real"]["pad"] > 0  # real sentences differ in length
+        assert rows["real"]["tokens_per_batch"] == pytest.approx(256, rel=0.2)
+        assert rows["real"]["tokens_per_batch"] == rows["bare, real batches"]["tokens_per_batch"]
+    breakdown = [line for line in proc.stdout.splitlines() if line.startswith(tuple(f"| {k} | 0." for k in kinds))]
+    assert len(breakdown) == len(kinds), proc.stdout
+    assert "load average" in proc.stdout

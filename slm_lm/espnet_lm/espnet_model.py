@@ -22,16 +22,26 @@ def sentence_batch(text: torch.Tensor, text_lengths: torch.Tensor, eos_id: int):
     return tokens, text_lengths + 2
 
 
+AUTOCAST_DTYPES = {"float32": None, "bfloat16": torch.bfloat16}  # float16 would need a GradScaler
+
+
 class SlmESPnetLanguageModel(ESPnetLanguageModel):
     """loss = the kind's summed cross-entropy / predicted tokens; weight = predicted tokens.
 
     An `ESPnetLanguageModel` (ESPnet's LM task builds it from `model: slm_lm` in config.yaml, with the
     LM as `self.lm`, so parameter names are `lm.backbone.*`) whose `nll` is the kind's sentence score:
     exact for slm/clm/bilm, the pseudo-log-likelihood for mlm. `lm_calc_perplexity` uses it.
+
+    `autocast` (`model_conf: {autocast: bfloat16}`) runs the training/validation loss under
+    `torch.autocast` on the batch's device, CPU included (ESPnet's `use_amp` autocasts CUDA only); the
+    log-softmax and the summed loss stay in float32 (`gather_logprobs`).
     """
 
-    def __init__(self, lm: SlmLMForESPnet, vocab_size: int, ignore_id: int = PAD_ID):
+    def __init__(self, lm: SlmLMForESPnet, vocab_size: int, ignore_id: int = PAD_ID, autocast: str = "float32"):
         super().__init__(lm, vocab_size, ignore_id)
+        if autocast not in AUTOCAST_DTYPES:
+            raise ValueError(f"autocast {autocast!r} is not one of {sorted(AUTOCAST_DTYPES)}")
+        self.autocast_dtype = AUTOCAST_DTYPES[autocast]
 
     def nll(self, text: torch.Tensor, text_lengths: torch.Tensor, max_length: Optional[int] = None):
         """Negative log-likelihood [B, L + 1] of each token and the end of sentence, and the lengths + 1.
@@ -45,7 +55,8 @@ class SlmESPnetLanguageModel(ESPnetLanguageModel):
 
     def forward(self, text: torch.Tensor, text_lengths: torch.Tensor, **kwargs):
         tokens, lengths = sentence_batch(text[:, : int(text_lengths.max())], text_lengths, self.eos)
-        loss_sum, n_predicted = self.lm.backbone.loss(tokens, lengths)
+        with torch.autocast(tokens.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
+            loss_sum, n_predicted = self.lm.backbone.loss(tokens, lengths)
         loss = loss_sum / n_predicted
         stats = dict(loss=loss.detach())
         weight = torch.tensor(n_predicted, device=loss.device)

@@ -17,6 +17,7 @@ from typeguard import TypeCheckError
 
 from slm_lm.errors import InputError
 from slm_lm.espnet_lm.checks import BOUNDARY_TOKENS, check_data, config_source, kind_token_list, lm_config
+from slm_lm.espnet_lm.espnet_model import AUTOCAST_DTYPES
 from slm_lm.espnet_lm.lm import LM_CLASSES
 from slm_lm.espnet_lm.registry import MODEL_NAME, register_kinds
 
@@ -68,8 +69,12 @@ class SlmLMTask(LMTask):
             # Saved in config.yaml as a list, as ESPnet does, so the experiment is self-contained.
             args.token_list = kind_token_list(args.lm, args.token_list)
             source = config_source(args)
-            if args.model_conf:
-                raise InputError(f"{source}: model_conf {args.model_conf} is not used by slm_lm LMs; remove it")
+            unknown = sorted(set(args.model_conf) - {"autocast"})
+            if unknown:
+                raise InputError(f"{source}: model_conf {unknown} not used by slm_lm LMs (only autocast); remove it")
+            if args.model_conf.get("autocast", "float32") not in AUTOCAST_DTYPES:
+                raise InputError(f"{source}: model_conf: autocast {args.model_conf['autocast']!r} is not one of "
+                                 f"{sorted(AUTOCAST_DTYPES)}")
             if args.model not in ("lm", MODEL_NAME):  # "lm" is ESPnet's default
                 raise InputError(f"{source}: model {args.model!r}: slm_lm LMs train as model {MODEL_NAME}")
             args.model = MODEL_NAME
