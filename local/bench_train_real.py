@@ -41,10 +41,10 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
-from bench_train_speed import matmul_tflops, random_batch, train_step  # noqa: E402
+from bench_train_speed import kind_list, matmul_tflops, random_batch, train_step  # noqa: E402
 from espnet2.train.trainer import Trainer  # noqa: E402
 
-from slm_lm.config import KINDS, SIZES  # noqa: E402
+from slm_lm.config import SIZES  # noqa: E402
 from slm_lm.errors import InputError, fail  # noqa: E402
 from slm_lm.espnet_lm.checks import kind_token_list, lm_config  # noqa: E402
 from slm_lm.espnet_lm.data import write_espnet_text  # noqa: E402
@@ -81,10 +81,7 @@ def parse_args(argv=None):
     p.add_argument("--work-dir", help="where the ESPnet data and experiments go (default: a temporary dir)")
     p.add_argument("--json", help="also write the results here (atomically)")
     args = p.parse_args(argv)
-    args.kinds = args.kinds.split(",")
-    unknown = set(args.kinds) - set(KINDS)
-    if unknown:
-        p.error(f"unknown kinds {sorted(unknown)}; choose from {KINDS}")
+    args.kinds = kind_list(p, args.kinds)
     if args.tokens < args.length or args.length < 3 or args.epochs < 1 or args.iters < 1:
         p.error("need --length >= 3, --tokens >= --length, --epochs >= 1 and --iters >= 1")
     return args

@@ -46,13 +46,19 @@ def parse_args(argv=None):
     p.add_argument("--matmul-size", type=int, default=2048, help="n of the n x n matmul peak for MFU (0: skip)")
     p.add_argument("--json", help="also write the results here (atomically)")
     args = p.parse_args(argv)
-    args.kinds = args.kinds.split(",")
-    unknown = set(args.kinds) - set(KINDS)
-    if unknown:
-        p.error(f"unknown kinds {sorted(unknown)}; choose from {KINDS}")
+    args.kinds = kind_list(p, args.kinds)
     if args.tokens < args.length or args.length < 3:
         p.error("need --length >= 3 and --tokens >= --length")
     return args
+
+
+def kind_list(parser: argparse.ArgumentParser, kinds: str) -> list:
+    """The comma-separated `--kinds` as a list; unknown kinds end the program with a usage error."""
+    out = kinds.split(",")
+    unknown = set(out) - set(KINDS)
+    if unknown:
+        parser.error(f"unknown kinds {sorted(unknown)}; choose from {KINDS}")
+    return out
 
 
 def random_batch(vocab: int, rows: int, length: int, device, generator):
