@@ -182,7 +182,6 @@ def test_tta_keys_and_values_are_the_inputs_at_every_layer():
     assert abs(float(base[0, 4] - new[0, 4])) > 1e-6
 
 
-
 def test_one_layer_slm_equals_one_layer_tta_and_deeper_ones_differ(device):
     """With one layer, the SLM's query stream attends the input embeddings of x_<i (forward half) and
     x_>i (backward half): exactly T-TA's keys. Same weights give the same scores, in a padded batch.
@@ -194,6 +193,7 @@ def test_one_layer_slm_equals_one_layer_tta_and_deeper_ones_differ(device):
         with torch.no_grad():
             a, b = slm.token_logprobs(tokens, lengths), tta.token_logprobs(tokens, lengths)
         assert torch.allclose(a, b, atol=1e-12) == same, (layers, float((a - b).abs().max()))
+
 
 def test_mlm_pll_equals_explicit_single_mask_passes(device):
     model = make_model("mlm", device)
