@@ -34,7 +34,7 @@ mirror=https://www.openslr.org/resources   # or a local directory with 12/ and 1
 lm_kinds=slm           # LMs to train and compare, e.g. "slm clm mlm bilm"
 lm_size=small          # full setting: conf/tuning/train_lm_<kind>_<lm_size>.yaml
 asr_config=            # default: conf/train_asr.yaml, conf/train_asr_mini.yaml (mini/micro)
-decode_config=         # default: conf/decode_asr.yaml (conf/decode_asr_micro.yaml with --micro true)
+decode_config=         # default: conf/decode_asr.yaml (mini: conf/decode_asr_mini.yaml, micro: conf/decode_asr_micro.yaml)
 inference_tag=         # decoding directory name (default: <decode config>_asr_model_valid.acc.ave)
 asr_train_args=        # extra options for espnet2.bin.asr_train (e.g. "--max_epoch 1")
 lm_train_args=         # extra options for slm_lm.bin.lm_train
@@ -43,7 +43,7 @@ fusion_lm=             # e.g. clm: decode with that stage-5 LM fused in the beam
 train_threads=         # CPU threads of a training job (default: --nj)
 bpe_size=              # default: 5000 (LibriSpeech), 300 (mini), 100 (micro)
 speed_perturb_factors=default  # ESPnet's: train on data/train_sp, one copy per factor; default:
-                               # "0.9 1.0 1.1" (LibriSpeech), "" (mini, which perturbs on the fly)
+                               # "0.9 1.0 1.1" (LibriSpeech), "" (mini: none, see conf/train_asr_mini.yaml)
 lm_corpus=             # mini: bible (default) or gutenberg (../shared/data/text when present)
 train_parts="train-clean-100 train-clean-360 train-other-500"
 dev_parts="dev-clean dev-other"
@@ -98,6 +98,7 @@ if [ "${mini}" = true ]; then
         : "${decode_config:=conf/decode_asr_micro.yaml}"
     fi
     : "${bpe_size:=300}"
+    : "${decode_config:=conf/decode_asr_mini.yaml}"
     : "${lm_corpus:=bible}"
     lm_conf() { echo "conf/train_lm_${1}_mini.yaml"; }
     [ "${speed_perturb_factors}" = default ] && speed_perturb_factors=""
