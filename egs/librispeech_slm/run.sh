@@ -48,7 +48,8 @@ lm_corpus=             # mini: bible (default) or gutenberg (../shared/data/text
 train_parts="train-clean-100 train-clean-360 train-other-500"
 dev_parts="dev-clean dev-other"
 test_parts="test-clean test-other"
-am_weights="decoder=0.7,ctc=0.3"   # AM score of a hypothesis = these weights x its per-scorer scores
+am_weights=            # AM score of a hypothesis = these weights x its per-scorer scores (default: the
+                       # decoding weights, decoder=1-c,ctc=c with c the ctc_weight of --decode_config)
 lambda_range="0:5:0.1"
 cmd_backend=local      # local | slurm (see cmd.sh)
 help_message="Usage: $0 [options]
@@ -110,6 +111,12 @@ else
     lm_conf() { echo "conf/tuning/train_lm_${1}_${lm_size}.yaml"; }
 fi
 : "${decode_config:=conf/decode_asr.yaml}"
+if [ -z "${am_weights}" ]; then
+    [ -f "${decode_config}" ] || die "--decode_config ${decode_config}: not found"
+    ctc_weight=$(awk '$1 == "ctc_weight:" { print $2 }' "${decode_config}")
+    [ -n "${ctc_weight}" ] || die "${decode_config}: no ctc_weight line (needed for the default --am_weights)"
+    am_weights="decoder=$(awk -v c="${ctc_weight}" 'BEGIN { print 1 - c }'),ctc=${ctc_weight}"
+fi
 downloads="${workdir}/downloads"
 : "${librispeech_dir:=${downloads}}"
 data="${workdir}/data"
