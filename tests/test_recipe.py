@@ -206,6 +206,23 @@ def fake_slurm(tmp_path):
     return env, record
 
 
+def test_rescoring_am_score_defaults_to_the_decoding_weights(micro, tmp_path):
+    """Without --am_weights, stage 7 weighs decoder and CTC scores as the decode config did (ctc_weight c:
+    decoder=1-c,ctc=c); an explicit --am_weights wins."""
+    work, _ = micro
+    copy = tmp_path / "micro"
+    shutil.copytree(work, copy, symlinks=True)
+    conf = tmp_path / "decode_ctc04.yaml"
+    conf.write_text((RECIPE / "conf" / "decode_asr_micro.yaml").read_text().replace(
+        "ctc_weight: 0.3", "ctc_weight: 0.4"))
+    same_lists = ("--inference_tag", "decode_asr_micro_asr_model_valid.acc.ave")  # stage 6's, reused
+    done = copy / "exp" / "asr_train_asr_mini_raw_en_bpe100" / RESCORE_SLM / ".done"
+    for extra, expected in (((), "decoder=0.6,ctc=0.4"), (("--am_weights", "decoder=1,ctc=0"), "decoder=1,ctc=0")):
+        run_recipe("--mini", "true", "--micro", "true", "--workdir", str(copy), "--stage", "7", "--stop_stage", "7",
+                   "--decode_config", str(conf), *same_lists, *extra, timeout=600)
+        assert f"--am-weights\n{expected}\n" in done.read_text()
+
+
 def test_launchers_split_job_arrays(tmp_path, fake_slurm):
     """`${cmd} JOB=1:3 LOG cmd` runs 3 jobs with JOB replaced, on both backends; --gpu N reaches
     Slurm as --gres=gpu:N."""
