@@ -27,7 +27,8 @@ from slm_lm import pretrained  # noqa: E402
 from slm_lm.blimp import evaluate as blimp_evaluate, load_blimp  # noqa: E402
 from slm_lm.fileio import write_atomic  # noqa: E402
 from slm_lm.nbest import NbestSet, load_nbest  # noqa: E402
-from slm_lm.rescore import Weights, build_scored_set, evaluate, lm_scores  # noqa: E402
+from slm_lm.rescore import Weights, build_scored_set, evaluate  # noqa: E402
+from slm_lm.score_cache import lm_scores  # noqa: E402
 from slm_lm.scorer import load_scorer  # noqa: E402
 
 SHARED = ROOT.parent / "shared"

@@ -18,7 +18,7 @@ from transformers import (
 
 from slm_lm.errors import InputError
 from slm_lm.hf import HFCausalScorer, HFMaskedScorer, HFTokenizer, apply_case, load_hf_scorer
-from slm_lm.rescore import lm_scores
+from slm_lm.score_cache import lm_scores
 from slm_lm.scorer import load_scorer
 
 WORDS = "the a cat dog sat on mat and ran i am hello world it is was good bad".split()

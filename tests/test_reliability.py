@@ -18,7 +18,7 @@ from slm_lm.bpe import train_bpe
 from slm_lm.errors import InputError
 from slm_lm.lm_text import read_text_lines
 from slm_lm.nbest import load_nbest
-from slm_lm.rescore import LMScoreCache, lm_scores
+from slm_lm.score_cache import LMScoreCache, lm_scores
 from slm_lm.scorer import Scorer, load_scorer
 
 TEXT = "AND GOD SAW THE LIGHT\nTHE EARTH WAS WITHOUT FORM AND VOID\nIT'S A QUICK BROWN FOX\n"
@@ -305,7 +305,7 @@ def test_slm_score_streams_in_chunks_with_a_summary(model_dir, tmp_path, capsys,
 
 CACHE_WORKER = """
 import sys, time
-from slm_lm.rescore import lm_scores
+from slm_lm.score_cache import lm_scores
 class Slow:
     name = "slow"
     def score(self, texts):

@@ -15,18 +15,17 @@ from slm_lm.bin import rescore as cli
 from slm_lm.errors import InputError
 from slm_lm.nbest import Hypothesis, NbestSet, load_nbest, read_espnet_nbest
 from slm_lm.rescore import (
-    LMScoreCache,
     Weights,
     am_score,
     build_scored_set,
     evaluate,
-    lm_scores,
     parse_am_weights,
     parse_range,
     rescore,
     tune,
     word_errors,
 )
+from slm_lm.score_cache import LMScoreCache, lm_scores
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 

@@ -19,7 +19,6 @@ from slm_lm.rescore import (
     build_scored_set,
     evaluate,
     length_penalty,
-    lm_scores,
     parse_am_weights,
     parse_length_norm,
     parse_range,
@@ -27,6 +26,7 @@ from slm_lm.rescore import (
     score_column,
     tune,
 )
+from slm_lm.score_cache import lm_scores
 from test_rescore import FakeLM, known_lambda_set, make_set, random_set, scored, write_tsv  # noqa: I001
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from slm_lm.errors import InputError, fail
 from slm_lm.nbest import load_nbest, normalize_nbest
-from slm_lm.rescore import LMScoreCache, lm_scores
+from slm_lm.score_cache import LMScoreCache, lm_scores
 from slm_lm.text_norm import normalize_librispeech
 
 
