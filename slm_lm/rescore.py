@@ -2,10 +2,11 @@
 
 total = AM + sum_j lambda_j * LM_j / lp_j + beta * n_words, where AM is the file's total score or a
 weighted sum of its per-scorer components (e.g. ``0.6*decoder + 0.4*ctc`` removes the first-pass LM of
-the shared lists). An LM is a model (scored here, cached) or a per-scorer column of the N-best lists
-(spec ``score:NAME``, e.g. ``score:lm``, the first-pass LM). lp_j = 1 unless LM j is length-normalised
-as mlm-scoring does (:func:`length_penalty`, its alpha tuned like the weights). A word bonus per LM
-would add nothing: sum_j lambda_j * b_j * n_words is one bonus, so the single beta serves all LMs.
+the shared lists). An LM is a model (each text scored once and cached, `slm_lm.score_cache`) or a
+per-scorer column of the N-best lists (spec ``score:NAME``, e.g. ``score:lm``, the first-pass LM).
+lp_j = 1 unless LM j is length-normalised as mlm-scoring does (:func:`length_penalty`, its alpha tuned
+like the weights). A word bonus per LM would add nothing: sum_j lambda_j * b_j * n_words is one bonus,
+so the single beta serves all LMs.
 
 The weights are chosen on the dev sets by the lowest pooled WER (total word errors / total reference
 words); ties go to the smaller lambdas, then the smaller |beta|, then the smaller alphas. The search is
