@@ -71,7 +71,8 @@ class LanguageModel(nn.Module):
 class SlidingLM(LanguageModel):
     """Transcormer: triple-stream self-attention; query i sees forward states j < i and backward j > i."""
 
-    def _scored_logprobs(self, tokens, lengths, mask):
+    def _streams(self, tokens, lengths):
+        """(content streams read by the last layer [2B, T, d], final query stream [B, T, d])."""
         b, t = tokens.shape
         content_mask, query_mask = sliding_masks(lengths, t)
         content = self.embed(tokens).repeat(2, 1, 1)  # [forward stream; backward stream]: [2B, T, d]
@@ -83,11 +84,40 @@ class SlidingLM(LanguageModel):
             values = torch.cat([vc[:b], vc[b:]], dim=2)
             query = layer.attend(layer.project_query(q), keys, values, mask=query_mask)
             if depth == last:  # the final content streams are discarded: update the query stream only
-                q = layer.finish(q, query)
-                break
+                return content, layer.finish(q, query)
             attended = torch.cat([layer.attend(qc, kc, vc, mask=content_mask), query])
             content, q = layer.finish(torch.cat([content, q]), attended).split([2 * b, b])
+
+    def _scored_logprobs(self, tokens, lengths, mask):
+        _, q = self._streams(tokens, lengths)
         return gather_logprobs(self.head(q[mask]), tokens[mask])
+
+    def loss(self, tokens: torch.Tensor, lengths: torch.Tensor, content_weight: float = 0.0,
+             content_sample: float = 1.0):
+        """The query stream's summed CE and its token count, as every kind.
+
+        With `content_weight` w > 0 (a training option, not in the paper), w times the CE of the content
+        streams the last layer reads is added: the forward state at i-1 predicts x_i (as a CLM) and the
+        backward state at i+1 predicts x_i (as a right-to-left LM, for every i but the final </s>), both
+        through the shared head, at a random `content_sample` share of the positions (the head is the
+        costly part). The count stays the query stream's, so CE figures stay comparable.
+        """
+        check_batch(tokens, lengths, self.config.max_positions)
+        b, t = tokens.shape
+        mask = scored_mask(lengths, t)
+        content, q = self._streams(tokens, lengths)
+        total, count = -gather_logprobs(self.head(q[mask]), tokens[mask]).sum(), int(mask.sum())
+        if content_weight > 0:
+            left = F.pad(content[:b], (0, 0, 1, 0))[:, :t]  # row i: the forward state at i-1
+            right = F.pad(content[b:], (0, 0, 0, 1))[:, 1:]  # row i: the backward state at i+1
+            has_right = mask & valid_mask(lengths - 1, t)
+            if content_sample < 1.0:
+                sampled = torch.rand(2, b, t, device=tokens.device) < content_sample
+                mask, has_right = mask & sampled[0], has_right & sampled[1]
+            neighbours = torch.cat([left[mask], right[has_right]])
+            targets = torch.cat([tokens[mask], tokens[has_right]])
+            total = total - content_weight * gather_logprobs(self.head(neighbours), targets).sum() / content_sample
+        return total, count
 
 
 class CausalLM(LanguageModel):

@@ -190,12 +190,20 @@ class Budget:
 def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, peak_lr: float = 1e-3,
              warmup: float = 0.05, batch_tokens: int = 4096, device: str = "cpu", dtype: str = "float32",
              valid_every_min: float = 10.0, valid_sentences: int = 0, clock: str = "wall",
-             deadline_min: float = 0.0, seed: int = 0, threads: int = 0) -> dict:
+             deadline_min: float = 0.0, seed: int = 0, threads: int = 0, content_loss: float = 0.0,
+             content_sample: float = 1.0) -> dict:
     """Train `kind` on `data_dir`/{train,valid}.ids.xz for `minutes` of `clock` time; resumable.
+
+    `content_loss` (SLM only) is the weight of the content streams' neighbour-prediction loss, taken at
+    a `content_sample` share of positions (`SlidingLM.loss`); validation reports the query stream's CE.
 
     Writes `out_dir`/checkpoint.pt (resume), curve.tsv (budget minutes, updates, tokens, train and
     valid CE) and the scoring-ready `out_dir`/model/ (see `export`), refreshed at every validation.
     """
+    if content_loss and kind != "slm":
+        raise ValueError(f"content_loss is an SLM option; kind is {kind!r}")
+    if not 0.0 < content_sample <= 1.0:
+        raise ValueError(f"content_sample must be in (0, 1], got {content_sample}")
     data_dir, out_dir = Path(data_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if threads:
@@ -228,6 +236,8 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
             "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
             "threads": torch.get_num_threads(), "dtype": dtype, "train_sentences": len(train),
             "train_tokens_per_epoch": sum(lengths) - len(lengths), "valid_sentences": len(valid), "seed": seed}
+    extra = dict(content_weight=content_loss, content_sample=content_sample) if content_loss else {}
+    card.update(extra)
     running, running_n = 0.0, 0
     bar = tqdm(total=round(budget.seconds), desc=f"{kind} ({clock} s)", unit="s", mininterval=30)
     model.train()
@@ -258,7 +268,7 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
                 group["lr"] = learning_rate(peak_lr, budget.share, warmup)
             tokens, lens = collate(train, order[state["position"]], tokenizer.eos_id, cfg.max_positions)
             with torch.autocast(dev.type, dtype=DTYPES[dtype], enabled=dtype != "float32"):
-                loss_sum, n = model.loss(tokens.to(dev, non_blocking=True), lens.to(dev, non_blocking=True))
+                loss_sum, n = model.loss(tokens.to(dev, non_blocking=True), lens.to(dev, non_blocking=True), **extra)
             (loss_sum / n).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()

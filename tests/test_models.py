@@ -252,6 +252,43 @@ def test_loss_is_negative_sum_of_token_logprobs(kind, device):
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 
+def test_slm_content_loss_adds_neighbour_prediction_by_the_content_streams(device):
+    """loss(w) - loss(0) = w * (forward state at i-1 predicting x_i + backward state at i+1 predicting x_i).
+
+    The reference runs each row alone and reads the content streams one position at a time; the
+    forward state used for x_i must not change when x_i (or anything after it) changes.
+    """
+    model = make_model("slm", device)
+    tokens, lengths = batch(*SENTENCES, device=device)
+    plain, n = model.loss(tokens, lengths)
+    with_content, n_content = model.loss(tokens, lengths, content_weight=0.5)
+    assert n_content == n
+    expected = 0.0
+    for row, length in enumerate(lengths.tolist()):
+        x, lens = tokens[row : row + 1, :length], lengths[row : row + 1]
+        content, _ = model._streams(x, lens)
+        for i in range(1, length):
+            expected -= torch.log_softmax(model.head(content[0, i - 1]), -1)[x[0, i]]
+            if i < length - 1:
+                expected -= torch.log_softmax(model.head(content[1, i + 1]), -1)[x[0, i]]
+            changed = x.clone()
+            changed[0, i:-1] = 2 + (changed[0, i:-1] - 1) % (V - 4)
+            assert torch.allclose(model._streams(changed, lens)[0][0, i - 1], content[0, i - 1])
+    assert torch.allclose(with_content - plain, 0.5 * expected)
+
+
+def test_slm_content_loss_on_a_sample_of_positions_is_unbiased():
+    model = make_model("slm")
+    tokens, lengths = batch(*SENTENCES)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        plain = model.loss(tokens, lengths)[0]
+        full = model.loss(tokens, lengths, content_weight=1.0)[0] - plain
+        sampled = [model.loss(tokens, lengths, content_weight=1.0, content_sample=0.3)[0] - plain for _ in range(400)]
+    assert len({round(float(s), 6) for s in sampled}) > 10  # a different sample each call
+    assert float(torch.stack(sampled).mean()) == pytest.approx(float(full), rel=0.05)
+
+
 def test_mlm_loss_masks_about_fifteen_percent():
     torch.manual_seed(1)
     model = build_lm("mlm", V, size="tiny", max_positions=128)

@@ -36,6 +36,10 @@ def main(argv=None):
     tr.add_argument("--valid-sentences", type=int, default=0, help="validate on the first N sentences (0: all)")
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
+    tr.add_argument("--content-loss", type=float, default=0.0,
+                    help="SLM only: weight of the content streams' neighbour-prediction loss (0: the paper's loss)")
+    tr.add_argument("--content-sample", type=float, default=1.0,
+                    help="share of positions that get the content-stream loss (its softmax is the cost)")
     args = parser.parse_args(argv)
     try:
         if args.command == "encode":
@@ -53,7 +57,8 @@ def main(argv=None):
         card = pretrain(args.kind, args.data, args.out, args.minutes, model_args, peak_lr=args.lr, warmup=args.warmup,
                         batch_tokens=args.batch_tokens, device=args.device, dtype=args.dtype,
                         valid_every_min=args.valid_every, valid_sentences=args.valid_sentences, clock=args.clock,
-                        deadline_min=args.deadline, seed=args.seed, threads=args.threads)
+                        deadline_min=args.deadline, seed=args.seed, threads=args.threads,
+                        content_loss=args.content_loss, content_sample=args.content_sample)
         print(json.dumps(card))
     except (InputError, ValueError) as e:
         fail("slm-pretrain", e)
