@@ -198,7 +198,8 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
     a `content_sample` share of positions (`SlidingLM.loss`); validation reports the query stream's CE.
 
     Writes `out_dir`/checkpoint.pt (resume), curve.tsv (budget minutes, updates, tokens, train and
-    valid CE; with `content_loss` the train column is the whole objective per query-stream token) and the scoring-ready `out_dir`/model/ (see `export`), refreshed at every validation.
+    valid CE; with `content_loss` the train column is the whole objective per query-stream token) and
+    the scoring-ready `out_dir`/model/ (see `export`), refreshed at every validation.
     """
     if content_loss and kind != "slm":
         raise ValueError(f"content_loss is an SLM option; kind is {kind!r}")
