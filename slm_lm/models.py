@@ -110,12 +110,12 @@ class SlidingLM(LanguageModel):
         if content_weight > 0:
             left = F.pad(content[:b], (0, 0, 1, 0))[:, :t]  # row i: the forward state at i-1
             right = F.pad(content[b:], (0, 0, 0, 1))[:, 1:]  # row i: the backward state at i+1
-            has_right = mask & valid_mask(lengths - 1, t)
+            from_left, from_right = mask, mask & valid_mask(lengths - 1, t)  # the final </s> has no right
             if content_sample < 1.0:
                 sampled = torch.rand(2, b, t, device=tokens.device) < content_sample
-                mask, has_right = mask & sampled[0], has_right & sampled[1]
-            neighbours = torch.cat([left[mask], right[has_right]])
-            targets = torch.cat([tokens[mask], tokens[has_right]])
+                from_left, from_right = from_left & sampled[0], from_right & sampled[1]
+            neighbours = torch.cat([left[from_left], right[from_right]])
+            targets = torch.cat([tokens[from_left], tokens[from_right]])
             total = total - content_weight * gather_logprobs(self.head(neighbours), targets).sum() / content_sample
         return total, count
 
