@@ -237,8 +237,8 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
             "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
             "threads": torch.get_num_threads(), "dtype": dtype, "train_sentences": len(train),
             "train_tokens_per_epoch": sum(lengths) - len(lengths), "valid_sentences": len(valid), "seed": seed}
-    extra = dict(content_weight=content_loss, content_sample=content_sample) if content_loss else {}
-    card.update(extra)
+    loss_options = dict(content_weight=content_loss, content_sample=content_sample) if content_loss else {}
+    card.update(loss_options)
     running, running_n = 0.0, 0
     bar = tqdm(total=round(budget.seconds), desc=f"{kind} ({clock} s)", unit="s", mininterval=30)
     model.train()
@@ -269,7 +269,8 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
                 group["lr"] = learning_rate(peak_lr, budget.share, warmup)
             tokens, lens = collate(train, order[state["position"]], tokenizer.eos_id, cfg.max_positions)
             with torch.autocast(dev.type, dtype=DTYPES[dtype], enabled=dtype != "float32"):
-                loss_sum, n = model.loss(tokens.to(dev, non_blocking=True), lens.to(dev, non_blocking=True), **extra)
+                loss_sum, n = model.loss(tokens.to(dev, non_blocking=True), lens.to(dev, non_blocking=True),
+                                         **loss_options)
             (loss_sum / n).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()

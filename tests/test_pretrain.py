@@ -114,15 +114,17 @@ def test_slm_content_loss_trains_and_is_recorded_on_the_card(data, tmp_path):
     directory, _ = data
     out = tmp_path / "slm"
     pretrain_cli.main(["train", "--kind", "slm", "--data", str(directory), "--out", str(out), "--minutes", "0.1",
-                       "--valid-every", "0.05", "--lr", "3e-3", "--content-loss", "1", "--content-sample", "0.5", *TINY])
+                       "--valid-every", "0.05", "--lr", "3e-3", "--content-loss", "1", "--content-sample", "0.5",
+                       *TINY])
     rows = [line.split("\t") for line in (out / "curve.tsv").read_text().splitlines()[1:]]
     assert len(rows) >= 2 and float(rows[-1][4]) < float(rows[0][4]) - 0.5
     card = json.loads((out / "model" / "training.json").read_text())
     assert card["content_weight"] == 1.0 and card["content_sample"] == 0.5
-    for bad in (["--kind", "clm", "--content-loss", "1"], ["--kind", "slm", "--content-loss", "1", "--content-sample", "0"]):
+    for bad in (["--kind", "clm", "--content-loss", "1"],
+                ["--kind", "slm", "--content-loss", "1", "--content-sample", "0"]):
         with pytest.raises(SystemExit) as exit_info:
-            pretrain_cli.main(["train", "--data", str(directory), "--out", str(tmp_path / "bad"), "--minutes", "0.01",
-                               *bad, *TINY])
+            pretrain_cli.main(["train", "--data", str(directory), "--out", str(tmp_path / "bad"),
+                               "--minutes", "0.01", *bad, *TINY])
         assert exit_info.value.code == 2
 
 
