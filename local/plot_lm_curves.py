@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from slm_lm.errors import InputError  # noqa: E402
-from slm_lm.fileio import atomic_open, write_atomic  # noqa: E402
+from slm_lm.fileio import save_png, write_atomic  # noqa: E402
 
 EPOCH = re.compile(r"(\d+)epoch results: .*\[valid\] loss=([0-9.]+)")
 
@@ -50,9 +50,7 @@ def main(argv=None):
     ax.set_ylabel("validation loss (nats per predicted token)")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    with atomic_open(args.out / "lm_valid_loss.png", "wb") as handle:
-        fig.savefig(handle, format="png", dpi=120)
+    save_png(fig, args.out / "lm_valid_loss.png")
     print("\n".join(rows))
 
 

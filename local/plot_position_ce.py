@@ -17,7 +17,7 @@ import torch
 
 from slm_lm.errors import InputError, fail
 from slm_lm.nbest import read_trn
-from slm_lm.fileio import atomic_open, write_atomic
+from slm_lm.fileio import save_png, write_atomic
 
 
 def read_sentences(path) -> list:
@@ -83,10 +83,7 @@ def plot(path: Path, curves: dict, length: int, n_sentences: int) -> None:
     ax.set_title(f"Cross-entropy by position ({n_sentences} sentences of {length} pieces)")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    with atomic_open(path, "wb") as handle:
-        fig.savefig(handle, format="png", dpi=120)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def main(argv=None):

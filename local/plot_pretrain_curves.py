@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from slm_lm.errors import InputError  # noqa: E402
-from slm_lm.fileio import atomic_open  # noqa: E402
+from slm_lm.fileio import save_png  # noqa: E402
 
 
 def read_curve(run_dir: Path) -> list:
@@ -44,9 +44,7 @@ def main(argv=None):
     axes[0].set_ylabel("held-out cross-entropy (nats/token)")
     axes[0].set_ylim(top=min(8.6, max(ax.get_ylim()[1] for ax in axes)))
     axes[1].legend()
-    fig.tight_layout()
-    with atomic_open(args.out, "wb") as handle:
-        fig.savefig(handle, format="png", dpi=110)
+    save_png(fig, args.out, dpi=110)
     print(f"wrote {args.out}")
 
 

@@ -33,6 +33,16 @@ def write_atomic(path, data) -> None:
         handle.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
+def save_png(fig, path, dpi: int = 120) -> None:
+    """Lay out a matplotlib figure, write it to `path` as PNG atomically, and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    with atomic_open(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=dpi)
+    plt.close(fig)
+
+
 def replace_dir(staging, target, stale=()) -> None:
     """Move the finished directory `staging` into place as `target`, so that readers see the previous
     outputs or the new ones, never a mix. Entries of an existing `target` not named in `stale` (the

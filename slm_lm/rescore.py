@@ -30,7 +30,7 @@ import jiwer
 import numpy as np
 
 from slm_lm.errors import InputError
-from slm_lm.fileio import atomic_open, replace_dir, write_atomic
+from slm_lm.fileio import replace_dir, save_png, write_atomic
 from slm_lm.nbest import Hypothesis, NbestSet
 from slm_lm.score_cache import LocatedScorer, lm_scores
 
@@ -499,10 +499,7 @@ def plot_dev_wer(path: str | Path, dev_sets: list[ScoredSet], result: TuneResult
     ax.set_title(f"dev WER vs lambda (beta = {beta:g})")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    with atomic_open(path, "wb") as handle:
-        fig.savefig(handle, format="png", dpi=120)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def _describe_grid(grid: list[float]) -> str:
