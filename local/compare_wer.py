@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Is one system's WER really lower than another's? Paired bootstrap over utterances (slm_lm.significance).
+
+Usage:
+    python local/compare_wer.py --ref REF --hyp NAME=TEXT --hyp NAME=TEXT [--hyp ...] [--samples 10000]
+
+REF: a Kaldi ``text`` file or an sclite ``.trn`` file; TEXT: a Kaldi ``text`` file of 1-best hypotheses
+(e.g. slm-rescore's OUT/<set>/1best_recog/text). Every system must cover exactly the utterances of REF.
+References and hypotheses are normalised LibriSpeech-style as slm-rescore does (``--no-normalize`` to
+score the texts as they are). Each system after the first is compared with the first; prints a markdown
+table: WER, the difference to the first system with its 95 % interval, and the share of resamples in
+which the system is better.
+"""
+import argparse
+import sys
+
+from slm_lm.errors import InputError, fail
+from slm_lm.nbest import read_refs, read_text
+from slm_lm.rescore import word_errors
+from slm_lm.significance import paired_bootstrap
+from slm_lm.text_norm import normalize_librispeech
+
+
+def _system(spec: str) -> tuple[str, str]:
+    name, sep, path = spec.partition("=")
+    if not sep or not name or not path:
+        raise InputError(f"--hyp {spec!r}: want NAME=TEXT_FILE")
+    return name, path
+
+
+def compare(ref_path: str, systems: list[tuple[str, str]], samples: int, seed: int, normalize: bool = True) -> str:
+    """The markdown table comparing each system with the first one."""
+    if len(systems) < 2:
+        raise InputError("--hyp: give at least two systems to compare")
+    norm = normalize_librispeech if normalize else (lambda text: text)
+    refs = {u: norm(t) for u, t in read_refs(ref_path).items()}
+    uttids = sorted(refs)
+    ref_words = [len(refs[u].split()) for u in uttids]
+    errors = []
+    for name, path in systems:
+        hyps = {u: norm(t) for u, t in read_text(path).items()}
+        missing, extra = sorted(set(refs) - set(hyps)), sorted(set(hyps) - set(refs))
+        if missing or extra:
+            what = f"no hypothesis for {missing[0]!r}" if missing else f"{extra[0]!r} is not in {ref_path}"
+            raise InputError(f"{path}: {what} ({len(missing)} missing, {len(extra)} extra ids)")
+        errors.append(word_errors([refs[u] for u in uttids], [hyps[u] for u in uttids]))
+    base = systems[0][0]
+    lines = [f"| system | WER % | vs {base}, WER points (95 % interval) | P(better than {base}) |",
+             "|---|---:|---|---:|"]
+    for i, ((name, _), errs) in enumerate(zip(systems, errors)):
+        r = paired_bootstrap(errors[0], errs, ref_words, samples=samples, seed=seed)
+        if i == 0:
+            lines.append(f"| {name} | {r.wer_a:.3f} | | |")
+            continue
+        lines.append(f"| {name} | {r.wer_b:.3f} | {r.delta:+.3f} ({r.ci_low:+.3f} .. {r.ci_high:+.3f}) "
+                     f"| {r.p_b_better:.3f} |")
+    words = sum(ref_words)
+    lines.append(f"\n{len(uttids)} utterances, {words} reference words; paired bootstrap, {samples} resamples "
+                 f"of the utterances, seed {seed}.")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--ref", required=True, help="references: Kaldi text or .trn")
+    p.add_argument("--hyp", action="append", required=True, type=str, help="NAME=TEXT, at least twice")
+    p.add_argument("--samples", type=int, default=10_000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-normalize", action="store_true", help="compare the texts as they are")
+    args = p.parse_args(argv)
+    try:
+        if args.samples < 1:
+            raise InputError(f"--samples {args.samples}: want at least 1")
+        print(compare(args.ref, [_system(s) for s in args.hyp], args.samples, args.seed, not args.no_normalize))
+    except InputError as e:
+        fail("compare_wer.py", e)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
