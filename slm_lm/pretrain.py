@@ -150,6 +150,26 @@ def export(model, tokenizer: Tokenizer, directory, card: dict) -> None:
     write_atomic(directory / "training.json", json.dumps(card, indent=2))
 
 
+def initialise(model, spec: str, tokenizer: Tokenizer) -> None:
+    """Copy the weights of a saved model (a shipped name or a model directory) into `model`.
+
+    The tokenizer and every parameter's shape must match; the kind may differ where the parameters are
+    the same (SLM, CLM, MLM and T-TA share one backbone: a CLM's or an MLM's weights can start an SLM, as
+    the paper's BERT initialisation does).
+    """
+    from slm_lm.scorer import Scorer, tokenizer_digest
+
+    source = Scorer.from_pretrained(spec)
+    if tokenizer_digest(source.tokenizer) != tokenizer_digest(tokenizer):
+        raise InputError(f"--init {spec}: its tokenizer is not the one of the training data")
+    theirs, ours = source.model.state_dict(), model.state_dict()
+    misfits = sorted(set(theirs) ^ set(ours)) or [k for k in ours if theirs[k].shape != ours[k].shape]
+    if misfits:
+        raise InputError(f"--init {spec}: its {source.model.config.kind} weights do not fit this "
+                         f"{model.config.kind} (first difference: {misfits[0]}); give the same shape options")
+    model.load_state_dict({k: v.to(ours[k].dtype) for k, v in theirs.items()})
+
+
 class Budget:
     """Training time spent, on the wall clock or as this process's CPU time, validation left out.
 
@@ -191,11 +211,12 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
              warmup: float = 0.05, batch_tokens: int = 4096, device: str = "cpu", dtype: str = "float32",
              valid_every_min: float = 10.0, valid_sentences: int = 0, clock: str = "wall",
              deadline_min: float = 0.0, seed: int = 0, threads: int = 0, content_loss: float = 0.0,
-             content_sample: float = 1.0) -> dict:
+             content_sample: float = 1.0, init: str = "") -> dict:
     """Train `kind` on `data_dir`/{train,valid}.ids.xz for `minutes` of `clock` time; resumable.
 
     `content_loss` (SLM only) is the weight of the content streams' neighbour-prediction loss, taken at
     a `content_sample` share of positions (`SlidingLM.loss`); validation reports the query stream's CE.
+    `init` starts a new run from a saved model's weights (see `initialise`); a resumed run ignores it.
 
     Writes `out_dir`/checkpoint.pt (resume), curve.tsv (budget minutes, updates, tokens, train and
     valid CE; with `content_loss` the train column is the whole objective per query-stream token) and
@@ -228,6 +249,8 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         state = saved["state"]
+    elif init:
+        initialise(model, init, tokenizer)
     if not curve.exists():
         write_atomic(curve, "minutes\tupdates\ttokens\ttrain_ce\tvalid_ce\n")
     lengths = [len(s) + 2 for s in train]
@@ -239,6 +262,8 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
             "train_tokens_per_epoch": sum(lengths) - len(lengths), "valid_sentences": len(valid), "seed": seed}
     loss_options = dict(content_weight=content_loss, content_sample=content_sample) if content_loss else {}
     card.update(loss_options)
+    if init:
+        card["init"] = init
     running, running_n = 0.0, 0
     bar = tqdm(total=round(budget.seconds), desc=f"{kind} ({clock} s)", unit="s", mininterval=30)
     model.train()

@@ -128,6 +128,28 @@ def test_slm_content_loss_trains_and_is_recorded_on_the_card(data, tmp_path):
         assert exit_info.value.code == 2
 
 
+def test_init_starts_from_a_saved_models_weights_of_any_kind_with_the_same_parameters(data, tmp_path):
+    directory, _ = data
+    run = ["train", "--data", str(directory), "--valid-every", "1", "--lr", "3e-3", *TINY]
+    pretrain_cli.main(run + ["--kind", "slm", "--out", str(tmp_path / "a"), "--minutes", "0.1"])
+    trained_ce = json.loads((tmp_path / "a" / "model" / "training.json").read_text())["valid_ce"]
+    pretrain_cli.main(run + ["--kind", "slm", "--out", str(tmp_path / "b"), "--minutes", "0.02",
+                             "--init", str(tmp_path / "a" / "model")])
+    first_row = (tmp_path / "b" / "curve.tsv").read_text().splitlines()[1].split("\t")
+    assert first_row[1] == "0" and float(first_row[4]) == pytest.approx(trained_ce, abs=0.02)  # fp16 weights
+    assert json.loads((tmp_path / "b" / "model" / "training.json").read_text())["init"] == str(tmp_path / "a" / "model")
+    pretrain_cli.main(run + ["--kind", "clm", "--out", str(tmp_path / "c"), "--minutes", "0.02",
+                             "--init", str(tmp_path / "a" / "model")])  # the same backbone: an SLM's weights fit a CLM
+    pretrain_cli.main(run + ["--kind", "bilm", "--out", str(tmp_path / "bilm"), "--minutes", "0.02"])
+    with pytest.raises(SystemExit, match=r"--init .*bilm.*: its bilm weights do not fit this slm"):
+        pretrain_cli.main(run + ["--kind", "slm", "--out", str(tmp_path / "d"), "--minutes", "0.02",
+                                 "--init", str(tmp_path / "bilm" / "model")])
+    with pytest.raises(SystemExit, match=r"--init slm-books: its tokenizer is not the one of the training data"):
+        pretrain_cli.main(run + ["--kind", "slm", "--out", str(tmp_path / "e"), "--minutes", "0.02",
+                                 "--init", "slm-books"])
+    assert not (tmp_path / "e" / "model").exists()
+
+
 def test_a_finished_run_resumes_from_its_checkpoint_without_training_again(data, tmp_path):
     directory, _ = data
     args = ["train", "--kind", "clm", "--data", str(directory), "--out", str(tmp_path / "clm"), "--minutes", "0.02",
