@@ -12,7 +12,6 @@ table: WER, the difference to the first system with its 95 % interval, and the s
 which the system is better.
 """
 import argparse
-import sys
 
 from slm_lm.errors import InputError, fail
 from slm_lm.nbest import read_refs, read_text
@@ -47,14 +46,12 @@ def compare(ref_path: str, systems: list[tuple[str, str]], samples: int, seed: i
     base = systems[0][0]
     lines = [f"| system | WER % | vs {base}, WER points (95 % interval) | P(better than {base}) |",
              "|---|---:|---|---:|"]
-    for i, ((name, _), errs) in enumerate(zip(systems, errors)):
+    words = sum(ref_words)
+    lines.append(f"| {base} | {100.0 * errors[0].sum() / words:.3f} | | |")
+    for (name, _), errs in zip(systems[1:], errors[1:]):
         r = paired_bootstrap(errors[0], errs, ref_words, samples=samples, seed=seed)
-        if i == 0:
-            lines.append(f"| {name} | {r.wer_a:.3f} | | |")
-            continue
         lines.append(f"| {name} | {r.wer_b:.3f} | {r.delta:+.3f} ({r.ci_low:+.3f} .. {r.ci_high:+.3f}) "
                      f"| {r.p_b_better:.3f} |")
-    words = sum(ref_words)
     lines.append(f"\n{len(uttids)} utterances, {words} reference words; paired bootstrap, {samples} resamples "
                  f"of the utterances, seed {seed}.")
     return "\n".join(lines)
@@ -77,4 +74,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
