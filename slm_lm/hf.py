@@ -22,10 +22,10 @@ from tqdm import tqdm
 
 from slm_lm.errors import InputError
 from slm_lm.model_files import read_json
+from slm_lm.precision import autocast, resolve_dtype
 
 CASES = ("as-is", "lower", "sentence")
 CASE_FILE = "slm_hf_tokenizer.json"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _PRONOUN_I = re.compile(r"(?<![\w'])i(?=$|[^\w']|'(?:m|d|ll|ve)\b)")
 
 
@@ -139,8 +139,7 @@ class HFScorer:
 
     def __init__(self, model, tokenizer: HFTokenizer, device="cpu", dtype="float32", max_tokens=2048,
                  truncate=False, unknown="error"):
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
+        dtype = resolve_dtype(dtype, device)
         if unknown not in ("error", "unk"):
             raise ValueError(f"unknown must be 'error' or 'unk', got {unknown!r}")
         self.model = model.to(device).eval()
@@ -189,8 +188,7 @@ class HFScorer:
         for i, r in enumerate(rows):
             ids[i, : len(r)] = torch.tensor(r)
             attention[i, : len(r)] = 1
-        autocast = torch.autocast(self.device.type, dtype=DTYPES[self.dtype], enabled=self.dtype != "float32")
-        with autocast:
+        with autocast(self.device, self.dtype):
             logits = self.model(input_ids=ids.to(self.device), attention_mask=attention.to(self.device)).logits
         return logits.float()
 

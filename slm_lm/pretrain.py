@@ -26,9 +26,9 @@ from slm_lm.errors import InputError
 from slm_lm.fileio import atomic_open, write_atomic
 from slm_lm.model_files import KIND_KEY
 from slm_lm.models import model_from_config
+from slm_lm.precision import autocast, resolve_dtype
 from slm_lm.tokenizer import Tokenizer
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def encode_corpus(text, tokenizer: Tokenizer, out, max_sentences: int = 0) -> dict:
@@ -125,7 +125,7 @@ def evaluate(model, sentences, sos_eos, max_tokens, device, dtype) -> float:
     lengths = [len(s) + 2 for s in sentences]
     for index in batches(lengths, max_tokens, random.Random(0)):
         tokens, lens = collate(sentences, index, sos_eos, model.config.max_positions)
-        with torch.autocast(device.type, dtype=DTYPES[dtype], enabled=dtype != "float32"):
+        with autocast(device, dtype):
             loss, n = model.loss(tokens.to(device), lens.to(device))
         total += float(loss)
         count += n
@@ -217,6 +217,7 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
     `content_loss` (SLM only) is the weight of the content streams' neighbour-prediction loss, taken at
     a `content_sample` share of positions (`SlidingLM.loss`); validation reports the query stream's CE.
     `init` starts a new run from a saved model's weights (see `initialise`); a resumed run ignores it.
+    `dtype` is the autocast dtype, or auto (`slm_lm.precision.resolve_dtype`); the card records the resolved one.
 
     Writes `out_dir`/checkpoint.pt (resume), curve.tsv (budget minutes, updates, tokens, train and
     valid CE; with `content_loss` the train column is the whole objective per query-stream token) and
@@ -231,6 +232,7 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
     if threads:
         torch.set_num_threads(threads)
     dev = torch.device(device)
+    dtype = resolve_dtype(dtype, dev)
     tokenizer = Tokenizer.from_dir(data_dir)
     train, valid = load_corpus(data_dir / "train.ids.xz"), load_corpus(data_dir / "valid.ids.xz")
     if valid_sentences:
@@ -293,7 +295,7 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(peak_lr, budget.share, warmup)
             tokens, lens = collate(train, order[state["position"]], tokenizer.eos_id, cfg.max_positions)
-            with torch.autocast(dev.type, dtype=DTYPES[dtype], enabled=dtype != "float32"):
+            with autocast(dev, dtype):
                 loss_sum, n = model.loss(tokens.to(dev, non_blocking=True), lens.to(dev, non_blocking=True),
                                          **loss_options)
             (loss_sum / n).backward()

@@ -12,10 +12,10 @@ from slm_lm.errors import InputError
 from slm_lm.fileio import atomic_open, write_atomic
 from slm_lm.model_files import KIND_KEY, load_safetensors, load_torch, read_json
 from slm_lm.models import LanguageModel, MaskedLM, model_from_config
+from slm_lm.precision import autocast, resolve_dtype
 from slm_lm.text_norm import normalize_librispeech
 from slm_lm.tokenizer import Tokenizer
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 CONFIG_FILE, WEIGHTS_FILE, SAFETENSORS_FILE = "config.json", "model.pt", "model.safetensors"
 
 
@@ -27,6 +27,7 @@ class Scorer:
     case, words and apostrophes) unless `normalize=False`. Characters the tokenizer does not know raise
     `InputError` naming the sentence (or map to <unk> with `unknown="unk"`); a sentence longer than the
     model's positions raises `InputError` unless `truncate=True`, which scores its first pieces only.
+    `dtype` is the autocast dtype: float32, bfloat16, float16, or auto (`slm_lm.precision.resolve_dtype`).
     """
 
     def __init__(
@@ -40,8 +41,7 @@ class Scorer:
         unknown: str = "error",
         truncate: bool = False,
     ):
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
+        dtype = resolve_dtype(dtype, device)
         if unknown not in ("error", "unk"):
             raise ValueError(f"unknown must be 'error' or 'unk', got {unknown!r}")
         if model.config.vocab_size != tokenizer.vocab_size:
@@ -105,14 +105,13 @@ class Scorer:
         """Per sentence, a float tensor of log-probs of its pieces followed by </s>."""
         encoded = self.encode(list(sentences))
         results = [None] * len(encoded)
-        autocast = torch.autocast(self.device.type, dtype=DTYPES[self.dtype], enabled=self.dtype != "float32")
         with tqdm(total=len(encoded), desc="scoring", unit="sent", disable=not progress) as bar:
             for batch in self._batches(encoded):
                 lengths = torch.tensor([len(encoded[i]) for i in batch])
                 tokens = torch.full((len(batch), int(lengths.max())), self.tokenizer.pad_id, dtype=torch.long)
                 for row, i in enumerate(batch):
                     tokens[row, : len(encoded[i])] = torch.tensor(encoded[i])
-                with autocast:
+                with autocast(self.device, self.dtype):
                     scores = self.model.token_logprobs(tokens.to(self.device), lengths.to(self.device)).cpu()
                 for row, i in enumerate(batch):
                     results[i] = scores[row, 1 : lengths[row]]

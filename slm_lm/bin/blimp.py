@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from slm_lm.errors import InputError, fail
+from slm_lm.precision import DTYPE_CHOICES
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "blimp"
 
@@ -22,7 +23,7 @@ def parse_args(argv=None):
     p.add_argument("--paradigms", default="", help="comma-separated paradigm names (default: all files)")
     p.add_argument("--limit", type=int, default=None, help="first N pairs per paradigm (quick runs)")
     p.add_argument("--device", default=None)
-    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--dtype", default=None, choices=DTYPE_CHOICES, help="compute dtype (auto: bf16 where native)")
     p.add_argument("--max-tokens", type=int, default=None, help="padded tokens per batch")
     p.add_argument("--case", default=None, choices=["as-is", "lower", "sentence"],
                    help="Hugging Face models only: text casing (default as-is)")

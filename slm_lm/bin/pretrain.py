@@ -4,6 +4,7 @@ import json
 
 from slm_lm.config import KINDS, SIZES
 from slm_lm.errors import InputError, fail
+from slm_lm.precision import DTYPE_CHOICES
 
 
 def main(argv=None):
@@ -31,7 +32,8 @@ def main(argv=None):
     tr.add_argument("--warmup", type=float, default=0.05, help="fraction of the budget for linear warm-up")
     tr.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per update")
     tr.add_argument("--device", default="cpu")
-    tr.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    tr.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES,
+                    help="autocast dtype (auto: bf16 where the device computes it natively, else float32)")
     tr.add_argument("--valid-every", type=float, default=10.0, help="budget minutes between validations")
     tr.add_argument("--valid-sentences", type=int, default=0, help="validate on the first N sentences (0: all)")
     tr.add_argument("--seed", type=int, default=0)

@@ -5,6 +5,7 @@ import torch
 from espnet2.lm.espnet_model import ESPnetLanguageModel
 from espnet2.torch_utils.device_funcs import force_gatherable
 
+from slm_lm import precision
 from slm_lm.espnet_lm.lm import SlmLMForESPnet
 
 PAD_ID = 0
@@ -22,7 +23,7 @@ def sentence_batch(text: torch.Tensor, text_lengths: torch.Tensor, eos_id: int):
     return tokens, text_lengths + 2
 
 
-AUTOCAST_DTYPES = {"float32": None, "bfloat16": torch.bfloat16}  # float16 would need a GradScaler
+AUTOCAST_DTYPES = ("auto", "float32", "bfloat16")  # float16 would need a GradScaler
 
 
 class SlmESPnetLanguageModel(ESPnetLanguageModel):
@@ -34,14 +35,15 @@ class SlmESPnetLanguageModel(ESPnetLanguageModel):
 
     `autocast` (`model_conf: {autocast: bfloat16}`) runs the training/validation loss under
     `torch.autocast` on the batch's device, CPU included (ESPnet's `use_amp` autocasts CUDA only); the
-    log-softmax and the summed loss stay in float32 (`gather_logprobs`).
+    log-softmax and the summed loss stay in float32 (`gather_logprobs`). `auto` is bfloat16 on devices
+    that compute it natively and float32 elsewhere (`slm_lm.precision.resolve_dtype`).
     """
 
     def __init__(self, lm: SlmLMForESPnet, vocab_size: int, ignore_id: int = PAD_ID, autocast: str = "float32"):
         super().__init__(lm, vocab_size, ignore_id)
         if autocast not in AUTOCAST_DTYPES:
             raise ValueError(f"autocast {autocast!r} is not one of {sorted(AUTOCAST_DTYPES)}")
-        self.autocast_dtype = AUTOCAST_DTYPES[autocast]
+        self.autocast = autocast
 
     def nll(self, text: torch.Tensor, text_lengths: torch.Tensor, max_length: Optional[int] = None):
         """Negative log-likelihood [B, L + 1] of each token and the end of sentence, and the lengths + 1.
@@ -55,7 +57,7 @@ class SlmESPnetLanguageModel(ESPnetLanguageModel):
 
     def forward(self, text: torch.Tensor, text_lengths: torch.Tensor, **kwargs):
         tokens, lengths = sentence_batch(text[:, : int(text_lengths.max())], text_lengths, self.eos)
-        with torch.autocast(tokens.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
+        with precision.autocast(tokens.device, precision.resolve_dtype(self.autocast, tokens.device)):
             loss_sum, n_predicted = self.lm.backbone.loss(tokens, lengths)
         loss = loss_sum / n_predicted
         stats = dict(loss=loss.detach())
