@@ -10,7 +10,11 @@ The paper's cost table puts SLM at about 3x a CLM's compute (target here: SLM >=
 Model FLOP/s = 6 x parameters x tokens/s (the dense-transformer rule for forward + backward; it leaves out
 attention scores and the SLM's extra streams, so it is the same "useful work" yardstick for every kind and
 undercounts the hardware FLOPs of the SLM). MFU = model FLOP/s / the peak of a square matmul of
-`--matmul-size` in `--dtype`, measured in the same run (0: not measured).
+`--matmul-size` in the step's dtype, measured in the same run (0: not measured).
+
+`--dtype float32,bfloat16` times every kind in both dtypes, round-robin in one run (each dtype has its
+own copy of the same initial weights), and adds the column "vs float32": the bf16 speed-up measured
+side by side.
 
 Example: python local/bench_train_speed.py --size mini --tokens 2048 --threads 2
          python local/bench_train_speed.py --device cuda --dtype bfloat16 --size small --tokens 16384 --length 128 --matmul-size 8192
@@ -42,11 +46,15 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=1, help="untimed steps per kind first")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="autocast dtype (float32: none)")
+    p.add_argument("--dtype", default="float32",
+                   help="autocast dtype, float32 (none) or bfloat16; comma-separated to interleave several")
     p.add_argument("--matmul-size", type=int, default=2048, help="n of the n x n matmul peak for MFU (0: skip)")
     p.add_argument("--json", help="also write the results here (atomically)")
     args = p.parse_args(argv)
     args.kinds = kind_list(p, args.kinds)
+    args.dtypes = args.dtype.split(",")
+    if not args.dtypes or set(args.dtypes) - {"float32", "bfloat16"} or len(set(args.dtypes)) < len(args.dtypes):
+        p.error(f"--dtype {args.dtype!r}: give float32 and/or bfloat16, comma-separated, each once")
     if args.tokens < args.length or args.length < 3:
         p.error("need --length >= 3 and --tokens >= --length")
     return args
@@ -96,7 +104,6 @@ def matmul_tflops(n: int, dtype, device, repeats: int = 5) -> float:
 
 def main(argv=None):
     args = parse_args(argv)
-    dtype = getattr(torch, args.dtype)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     rows = args.tokens // args.length
@@ -104,48 +111,61 @@ def main(argv=None):
     batches = [random_batch(args.vocab, rows, args.length, device, generator) for _ in range(4)]
     setups = {}
     for kind in args.kinds:
-        torch.manual_seed(0)
-        model = build_lm(kind, args.vocab, args.size, max_positions=max(512, args.length)).to(device).train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01)
-        setups[kind] = (model, optimizer)
-        for i in range(args.warmup):
-            train_step(model, optimizer, *batches[i % len(batches)], dtype)
-    times = {kind: [] for kind in args.kinds}
+        for name in args.dtypes:
+            torch.manual_seed(0)
+            model = build_lm(kind, args.vocab, args.size, max_positions=max(512, args.length)).to(device).train()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01)
+            setups[kind, name] = (model, optimizer, getattr(torch, name))
+            for i in range(args.warmup):
+                train_step(model, optimizer, *batches[i % len(batches)], getattr(torch, name))
+    times = {key: [] for key in setups}
     for step in range(args.steps):
-        for kind, (model, optimizer) in setups.items():
+        for key, (model, optimizer, dtype) in setups.items():
             sync(device)
             start = time.perf_counter()
             train_step(model, optimizer, *batches[step % len(batches)], dtype)
             sync(device)
-            times[kind].append(time.perf_counter() - start)
+            times[key].append(time.perf_counter() - start)
         print(f"round {step + 1}/{args.steps} done", file=sys.stderr, flush=True)
     tokens = rows * args.length
-    peak = matmul_tflops(args.matmul_size, dtype, device) if args.matmul_size else None
+    peaks = {name: matmul_tflops(args.matmul_size, getattr(torch, name), device) if args.matmul_size else None
+             for name in args.dtypes}
     results = []
-    for kind, (model, _) in setups.items():
-        seconds = statistics.median(times[kind])
+    for (kind, name), (model, _, _) in setups.items():
+        seconds = statistics.median(times[kind, name])
         params = sum(p.numel() for p in model.parameters())
         model_tflops = 6 * params * tokens / seconds / 1e12
-        results.append(dict(kind=kind, params_m=params / 1e6, seconds_per_step=seconds, tokens_per_s=tokens / seconds,
-                            model_tflops=model_tflops, mfu=model_tflops / peak if peak else None))
-    reference = next((r["tokens_per_s"] for r in results if r["kind"] == "clm"), None)
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"size {args.size}, vocab {args.vocab}, {rows} x {args.length} = {tokens} tokens/batch, "
-          f"{args.threads} threads, {args.device} ({device_name}), {args.dtype}, median of {args.steps} steps; "
-          + (f"{args.matmul_size}^2 matmul peak {peak:.3g} TFLOP/s" if peak else "no matmul peak measured"))
-    print("| kind | params (M) | s/step | tokens/s | vs clm | model TFLOP/s (6*N*tokens/s) | MFU |")
-    print("|---|---|---|---|---|---|---|")
+        results.append(dict(kind=kind, dtype=name, params_m=params / 1e6, seconds_per_step=seconds,
+                            tokens_per_s=tokens / seconds, model_tflops=model_tflops,
+                            mfu=model_tflops / peaks[name] if peaks[name] else None))
+    speed = {(r["kind"], r["dtype"]): r["tokens_per_s"] for r in results}
+    first = args.dtypes[0]
     for r in results:
-        r["vs_clm"] = r["tokens_per_s"] / reference if reference else None
-        ratio = f"{r['vs_clm']:.2f} (1/{1 / r['vs_clm']:.2f})" if reference else "-"
-        mfu = f"{100 * r['mfu']:.1f} %" if peak else "-"
-        print(f"| {r['kind']} | {r['params_m']:.1f} | {r['seconds_per_step']:.3f} | {r['tokens_per_s']:.0f} | {ratio} | "
-              f"{r['model_tflops']:.3g} | {mfu} |")
+        r["vs_clm"] = r["tokens_per_s"] / speed["clm", r["dtype"]] if ("clm", r["dtype"]) in speed else None
+        r["vs_" + first] = r["tokens_per_s"] / speed[r["kind"], first]
+    several = len(args.dtypes) > 1
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    measured = [f"{name} {args.matmul_size}^2 matmul peak {peaks[name]:.3g} TFLOP/s" for name in args.dtypes
+                if peaks[name]]
+    print(f"size {args.size}, vocab {args.vocab}, {rows} x {args.length} = {tokens} tokens/batch, "
+          f"{args.threads} threads, {args.device} ({device_name}), {args.dtype}, median of {args.steps} steps"
+          + (", dtypes interleaved" if several else "") + "; "
+          + ("; ".join(measured) if measured else "no matmul peak measured"))
+    print("| kind |" + (" dtype |" if several else "") + " params (M) | s/step | tokens/s | vs clm |"
+          " model TFLOP/s (6*N*tokens/s) | MFU |" + (f" vs {first} |" if several else ""))
+    print("|---|" + ("---|" if several else "") + "---|---|---|---|---|---|" + ("---|" if several else ""))
+    for r in results:
+        ratio = f"{r['vs_clm']:.2f} (1/{1 / r['vs_clm']:.2f})" if r["vs_clm"] else "-"
+        mfu = f"{100 * r['mfu']:.1f} %" if r["mfu"] else "-"
+        print(f"| {r['kind']} |" + (f" {r['dtype']} |" if several else "")
+              + f" {r['params_m']:.1f} | {r['seconds_per_step']:.3f} | {r['tokens_per_s']:.0f} | {ratio} | "
+              f"{r['model_tflops']:.3g} | {mfu} |" + (f" {r['vs_' + first]:.2f} |" if several else ""))
     if args.json:
         out = Path(args.json)
         fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
         with os.fdopen(fd, "w") as f:
-            json.dump(dict(vars(args), device_name=device_name, matmul_peak_tflops=peak, results=results), f, indent=2)
+            json.dump(dict(vars(args), device_name=device_name, matmul_peak_tflops=peaks[first],
+                           matmul_peaks_tflops=peaks, results=results), f, indent=2)
         os.replace(tmp, out)
 
 

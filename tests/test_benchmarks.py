@@ -75,3 +75,32 @@ def test_real_path_benchmark_prints_ratio_table(tmp_path, dtype, kinds):
     breakdown = [line for line in proc.stdout.splitlines() if line.startswith(tuple(f"| {k} | 0." for k in kinds))]
     assert len(breakdown) == len(kinds), proc.stdout
     assert "load average" in proc.stdout
+
+
+def test_train_speed_benchmark_interleaves_dtypes_and_prints_the_speedup(tmp_path):
+    """bench_train_speed.py --dtype float32,bfloat16: every kind in both dtypes in one run; "vs float32" is
+    the printed tokens/s over the same kind's float32 tokens/s, MFU is against each dtype's own matmul peak."""
+    out = tmp_path / "speed.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "local" / "bench_train_speed.py"), "--kinds", "slm,clm", "--size", "tiny",
+         "--tokens", "128", "--length", "16", "--steps", "1", "--threads", "1", "--matmul-size", "32",
+         "--dtype", "float32,bfloat16", "--json", str(out)],
+        capture_output=True, text=True, check=True, timeout=300,
+    )
+    saved = json.loads(out.read_text())
+    peaks = saved["matmul_peaks_tflops"]
+    assert list(peaks) == ["float32", "bfloat16"] and saved["matmul_peak_tflops"] == peaks["float32"]
+    table = [[c.strip() for c in line.split("|")[1:-1]] for line in proc.stdout.splitlines() if line.startswith("| ")]
+    assert table[0][1] == "dtype" and table[0][-1] == "vs float32"
+    rows = {(c[0], c[1]): c for c in table[1:]}
+    assert list(rows) == [(k, d) for k in ("slm", "clm") for d in ("float32", "bfloat16")]
+    params = {r["kind"]: r["params_m"] for r in saved["results"]}
+    for (kind, dtype), cells in rows.items():
+        ratio = float(cells[4]) / float(rows[kind, "float32"][4])
+        assert float(cells[-1]) == pytest.approx(ratio, abs=0.011)
+        mfu = 6 * params[kind] * 1e6 * float(cells[4]) / 1e12 / peaks[dtype]
+        assert float(cells[7].strip(" %")) == pytest.approx(100 * mfu, rel=0.05, abs=0.1)
+    for bad in ("float16", "float32,float32"):
+        proc = subprocess.run([sys.executable, str(ROOT / "local" / "bench_train_speed.py"), "--dtype", bad],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "--dtype" in proc.stderr
