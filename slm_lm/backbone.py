@@ -70,9 +70,19 @@ class TransformerLayer(nn.Module):
         return [self._heads(part) for part in F.linear(x, w, b).split(self.d_model, dim=-1)]
 
     def attend(self, q, k, v, mask=None, is_causal=False) -> torch.Tensor:
-        """Scaled dot-product attention, heads merged back: [B, T, d_model]."""
+        """Scaled dot-product attention, heads merged back: [B, T, d_model].
+
+        On CPU it runs in float32 under bf16/fp16 autocast too (the result is cast back): PyTorch's CPU
+        flash-attention backward is about 8x slower in bf16 than in fp32, which cancels bf16's faster
+        matmuls at our sizes (BENCHMARKS.md).
+        """
         p = self.dropout_p if self.training else 0.0
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal)
+        if q.device.type == "cpu" and q.dtype != torch.float32:
+            with torch.autocast("cpu", enabled=False):
+                a = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=p,
+                                                   is_causal=is_causal).to(q.dtype)
+        else:
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal)
         b, h, t, d = a.shape
         return a.transpose(1, 2).reshape(b, t, h * d)
 

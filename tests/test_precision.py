@@ -82,3 +82,31 @@ def test_slm_pretrain_dtype_auto_records_the_resolved_dtype(monkeypatch, tmp_pat
                        "--d-ff", "64", "--max-positions", "32", "--batch-tokens", "128", "--threads", "1"])
     card = json.loads((tmp_path / "run" / "model" / "training.json").read_text())
     assert card["dtype"] == "bfloat16" and card["updates"] > 0
+
+
+@pytest.mark.parametrize("kind", ["slm", "clm", "tta", "bilm"])
+def test_cpu_attention_runs_in_float32_under_bf16_autocast(monkeypatch, kind):
+    """bf16 autocast on CPU: the matmuls (here the head's) run in bf16, the attention in float32 (its bf16
+    CPU backward is ~8x slower than fp32's); gradients reach every parameter."""
+    import torch.nn.functional as F
+
+    real, seen = F.scaled_dot_product_attention, []
+
+    def spy(q, k, v, **options):
+        seen.append((q.dtype, k.dtype, v.dtype))
+        return real(q, k, v, **options)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    torch.manual_seed(0)
+    model = build_lm(kind, 30, size="tiny", max_positions=16)
+    heads = []
+    model.head.register_forward_hook(lambda module, args, output: heads.append(output.dtype))
+    tokens, lengths = torch.tensor([[29, 5, 6, 7, 29], [29, 8, 29, 0, 0]]), torch.tensor([5, 3])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, n = model.loss(tokens, lengths)
+    (loss / n).backward()
+    assert seen and set(seen) == {(torch.float32,) * 3} and heads == [torch.bfloat16]
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
+    seen.clear()
+    model.loss(tokens, lengths)
+    assert seen and set(seen) == {(torch.float32,) * 3}  # float32 without autocast, as before
