@@ -104,3 +104,22 @@ def test_train_speed_benchmark_interleaves_dtypes_and_prints_the_speedup(tmp_pat
         proc = subprocess.run([sys.executable, str(ROOT / "local" / "bench_train_speed.py"), "--dtype", bad],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and "--dtype" in proc.stderr
+
+
+def test_profile_train_step_prints_the_pass_time_and_top_operators(tmp_path):
+    from slm_lm.bin import pretrain as pretrain_cli
+    from slm_lm.bpe import train_bpe
+
+    text = tmp_path / "text.txt"
+    text.write_text("AND GOD SAID LET THERE BE LIGHT\nAND THERE WAS LIGHT\nTHE DEEP WATERS OF THE EARTH\n" * 20)
+    train_bpe(text, tmp_path / "bpe", vocab_size=40)
+    pretrain_cli.main(["encode", "--bpe-dir", str(tmp_path / "bpe"), "--text", str(text),
+                       "--out", str(tmp_path / "c.ids.xz")])
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "local" / "profile_train_step.py"), "--corpus", str(tmp_path / "c.ids.xz"),
+         "--kind", "slm", "--dtype", "bfloat16", "--vocab", "43", "--n-layers", "1", "--d-model", "32",
+         "--n-heads", "2", "--d-ff", "64", "--batch-tokens", "64", "--batches", "3", "--top", "5"],
+        capture_output=True, text=True, check=True, timeout=300,
+    )
+    assert "slm, bfloat16" in proc.stdout and "3 batches of <= 64 padded tokens" in proc.stdout
+    assert "Self CPU" in proc.stdout and "aten::" in proc.stdout

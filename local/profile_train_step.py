@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Where a pre-training step's CPU time goes: torch.profiler over real length-bucketed batches.
+
+Trains `--kind` (slm-pretrain's model shape options) on the first `--batches` batches of an encoded corpus
+(`slm-pretrain encode` output) once untimed, so kernels and caches are warm, then once under the profiler,
+and prints the CPU seconds of that pass and the top operators by self CPU time.
+
+Example: python local/profile_train_step.py --corpus exp/pretrain/data/valid.ids.xz --kind slm --dtype bfloat16
+"""
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from slm_lm import build_lm  # noqa: E402
+from slm_lm.config import KINDS  # noqa: E402
+from slm_lm.precision import DTYPES, autocast  # noqa: E402
+from slm_lm.pretrain import batches, collate, load_corpus  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", required=True, help="an .ids.xz corpus (slm-pretrain encode)")
+    p.add_argument("--kind", default="slm", choices=KINDS)
+    p.add_argument("--dtype", default="float32", choices=tuple(DTYPES))
+    p.add_argument("--vocab", type=int, default=5003, help="vocabulary size (BPE 5000 + specials)")
+    p.add_argument("--n-layers", type=int, default=4)
+    p.add_argument("--d-model", type=int, default=192)
+    p.add_argument("--n-heads", type=int, default=4)
+    p.add_argument("--d-ff", type=int, default=768)
+    p.add_argument("--batch-tokens", type=int, default=512, help="padded tokens per batch, as slm-pretrain's")
+    p.add_argument("--batches", type=int, default=40, help="batches per pass")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--top", type=int, default=12, help="operators to print")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    sentences = load_corpus(args.corpus)
+    order = batches([len(s) + 2 for s in sentences], args.batch_tokens, random.Random(0))[: args.batches]
+    data = [collate(sentences, index, args.vocab - 1, 256) for index in order]
+    torch.manual_seed(0)
+    model = build_lm(args.kind, args.vocab, "mini", n_layers=args.n_layers, d_model=args.d_model,
+                     n_heads=args.n_heads, d_ff=args.d_ff, dropout=0.0, max_positions=256).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def one_pass():
+        for tokens, lengths in data:
+            with autocast("cpu", args.dtype):
+                loss_sum, n = model.loss(tokens, lengths)
+            (loss_sum / n).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    one_pass()
+    start = time.process_time()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        one_pass()
+    seconds = time.process_time() - start
+    tokens = sum(int(lengths.sum()) for _, lengths in data)
+    print(f"{args.kind}, {args.dtype}, d_model {args.d_model}, {args.n_layers} layers, {len(data)} batches of <= "
+          f"{args.batch_tokens} padded tokens ({tokens} real) from {args.corpus}, {args.threads} threads: "
+          f"{seconds:.2f} CPU s under the profiler")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top, max_name_column_width=60))
+
+
+if __name__ == "__main__":
+    main()
