@@ -46,6 +46,10 @@ def test_encode_names_the_bad_line(data, tmp_path):
         pretrain_cli.main(["encode", "--bpe-dir", str(directory), "--text", str(tmp_path / "bad.txt"),
                            "--out", str(tmp_path / "bad.ids.xz")])
     assert not (tmp_path / "bad.ids.xz").exists()
+    with pytest.raises(SystemExit, match=r"--out .*train: name it NAME.ids.xz"):  # train would not find it
+        pretrain_cli.main(["encode", "--bpe-dir", str(directory), "--text", str(tmp_path / "bad.txt"),
+                           "--out", str(tmp_path / "train")])
+    assert not (tmp_path / "train").exists()
 
 
 def test_encode_max_sentences_keeps_the_first_lines(data, tmp_path):

@@ -51,6 +51,9 @@ def main(argv=None):
             from slm_lm.pretrain import encode_corpus
             from slm_lm.tokenizer import Tokenizer
 
+            if not args.out.endswith(".ids.xz"):
+                raise InputError(f"--out {args.out}: name it NAME.ids.xz (train reads DATA/train.ids.xz and "
+                                 "DATA/valid.ids.xz)")
             print(json.dumps(encode_corpus(args.text, Tokenizer.from_dir(args.bpe_dir), args.out,
                                            args.max_sentences)))
             return
