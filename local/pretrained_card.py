@@ -79,6 +79,14 @@ def card_markdown(name: str, card: dict) -> str:
     for r in card["rescoring"]:
         lines.append(f"| {r['test']} WER, lambda {r['lambda']:g} tuned on {r['dev']} | AM only {r['wer_am']:.2f} -> "
                      f"{r['wer_rescored']:.2f} (first-pass LM in the file: {r['wer_file']:.2f}; 10-best oracle {r['wer_oracle']:.2f}) |")
+    for parent in card.get("started_from", []):
+        pt = parent["training"]
+        lines.append(f"| started from | the weights of {parent['name']} as shipped then: {pt['tokens_seen']:,} tokens in "
+                     f"{pt['updates']:,} updates, {pt['spent_minutes']:.1f} minutes of {pt['clock']} time ({parent['machine']}) |")
+    if card.get("started_from"):
+        total = t["spent_minutes"] + sum(p["training"]["spent_minutes"] for p in card["started_from"])
+        tokens = t["tokens_seen"] + sum(p["training"]["tokens_seen"] for p in card["started_from"])
+        lines.append(f"| compute in all | {total:.1f} minutes of one core, {tokens:,} tokens seen |")
     lines += [
         "",
         "BLiMP by phenomenon: " + ", ".join(f"{k} {v:.1f}" for k, v in b["phenomena"].items()) + ".",
@@ -86,6 +94,7 @@ def card_markdown(name: str, card: dict) -> str:
         "Trained with:",
         "",
         "```bash",
+        *[parent["command"] for parent in card.get("started_from", [])],
         card["command"],
         "```",
         "",
@@ -113,6 +122,10 @@ def make(args) -> None:
                           "wer_file": test["wer_file"], "wer_oracle": test["wer_oracle"]})
     lam = next(r["lambda"] for r in rescoring if r["dev"] == "dev_other")
     cfg = json.loads((model / "config.json").read_text())["model"]
+    started_from = []
+    if training.get("init") in pretrained.names():  # keep the shipped start's record: NAME is replaced below
+        start = json.loads((pretrained.ROOT / training["init"] / "card.json").read_text())
+        started_from = start.get("started_from", []) + [{k: start[k] for k in ("name", "machine", "command", "training")}]
     card = {
         "name": args.name,
         "shape": f"{cfg['n_layers']} layers, d {cfg['d_model']}, {cfg['n_heads']} heads, FFN {cfg['d_ff']}, "
@@ -121,6 +134,7 @@ def make(args) -> None:
         "machine": args.machine,
         "command": args.command,
         "training": training,
+        "started_from": started_from,
         "blimp": {k: blimp[k] for k in ("pairs", "overall", "phenomena")},
         "rescoring": rescoring,
         "check": check_figures(str(model), lam),

@@ -61,3 +61,17 @@ def test_card_check_figures_are_reproduced(name):
     assert got["wer_am"] == pytest.approx(card["wer_am"], abs=1e-6)
     assert got["wer_rescored"] == pytest.approx(card["wer_rescored"], abs=0.05)
     assert got["mean_lm_score"] == pytest.approx(card["mean_lm_score"], abs=0.05)
+
+
+def test_card_of_a_continued_run_keeps_its_start():
+    from pretrained_card import card_markdown
+    card = json.loads((pretrained.ROOT / "slm-books" / "card.json").read_text())
+    start = {"name": "slm-books", "machine": "an older CPU", "command": "slm-pretrain train --minutes 120 FIRST",
+             "training": dict(card["training"], spent_minutes=120.0, tokens_seen=1000)}
+    continued = dict(card, started_from=[start], command="slm-pretrain train --init slm-books SECOND")
+    text = card_markdown("slm-books", continued)
+    assert "| started from | the weights of slm-books as shipped then: 1,000 tokens" in text
+    total = card["training"]["spent_minutes"] + 120.0
+    assert f"| compute in all | {total:.1f} minutes of one core, {card['training']['tokens_seen'] + 1000:,} tokens" in text
+    assert text.index("FIRST") < text.index("SECOND")
+    assert "started from" not in card_markdown("slm-books", dict(card, started_from=[]))
