@@ -1,6 +1,6 @@
 """Compute precision: the dtype names our tools accept, and `auto`, bf16 where the hardware runs it natively.
 
-bf16 autocast is 1.3-1.7x faster than fp32 for training on a CPU with AMX (BENCHMARKS.md) but about 30x
+bf16 autocast trains 1.5-1.8x faster than fp32 on a CPU with AMX (BENCHMARKS.md) but about 30x
 slower on one without AVX-512 bf16 instructions, so a script that runs on mixed cluster nodes asks for
 `auto` rather than `bfloat16`.
 """
