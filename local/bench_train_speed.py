@@ -21,10 +21,8 @@ Example: python local/bench_train_speed.py --size mini --tokens 2048 --threads 2
 """
 import argparse
 import json
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from slm_lm import build_lm  # noqa: E402
 from slm_lm.config import KINDS, SIZES  # noqa: E402
+from slm_lm.fileio import write_atomic  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -161,12 +160,8 @@ def main(argv=None):
               + f" {r['params_m']:.1f} | {r['seconds_per_step']:.3f} | {r['tokens_per_s']:.0f} | {ratio} | "
               f"{r['model_tflops']:.3g} | {mfu} |" + (f" {r['vs_' + first]:.2f} |" if several else ""))
     if args.json:
-        out = Path(args.json)
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-        with os.fdopen(fd, "w") as f:
-            json.dump(dict(vars(args), device_name=device_name, matmul_peak_tflops=peaks[first],
-                           matmul_peaks_tflops=peaks, results=results), f, indent=2)
-        os.replace(tmp, out)
+        write_atomic(args.json, json.dumps(dict(vars(args), device_name=device_name, matmul_peak_tflops=peaks[first],
+                                                matmul_peaks_tflops=peaks, results=results), indent=2))
 
 
 if __name__ == "__main__":
