@@ -57,6 +57,22 @@ def check_figures(spec: str, lam: float, shared: Path = SHARED) -> dict:
     }
 
 
+def started_from(training: dict) -> list:
+    """The records (name, machine, command, training) of the shipped models a run started from, oldest first.
+
+    Taken before NAME is replaced, since the start is usually the shipped model of the same name. A start that
+    is not a shipped model has no card to copy: that is an error, or the card would understate the compute.
+    """
+    init = training.get("init")
+    if not init:
+        return []
+    if init not in pretrained.names():
+        raise SystemExit(f"training.json: started from {init!r}, which is not a shipped model with a card; "
+                         "ship it first or train without --init")
+    start = json.loads((pretrained.ROOT / init / "card.json").read_text())
+    return start.get("started_from", []) + [{k: start[k] for k in ("name", "machine", "command", "training")}]
+
+
 def card_markdown(name: str, card: dict) -> str:
     """The model card (README.md) from card.json's fields."""
     t, b = card["training"], card["blimp"]
@@ -122,10 +138,6 @@ def make(args) -> None:
                           "wer_file": test["wer_file"], "wer_oracle": test["wer_oracle"]})
     lam = next(r["lambda"] for r in rescoring if r["dev"] == "dev_other")
     cfg = json.loads((model / "config.json").read_text())["model"]
-    started_from = []
-    if training.get("init") in pretrained.names():  # keep the shipped start's record: NAME is replaced below
-        start = json.loads((pretrained.ROOT / training["init"] / "card.json").read_text())
-        started_from = start.get("started_from", []) + [{k: start[k] for k in ("name", "machine", "command", "training")}]
     card = {
         "name": args.name,
         "shape": f"{cfg['n_layers']} layers, d {cfg['d_model']}, {cfg['n_heads']} heads, FFN {cfg['d_ff']}, "
@@ -134,7 +146,7 @@ def make(args) -> None:
         "machine": args.machine,
         "command": args.command,
         "training": training,
-        "started_from": started_from,
+        "started_from": started_from(training),
         "blimp": {k: blimp[k] for k in ("pairs", "overall", "phenomena")},
         "rescoring": rescoring,
         "check": check_figures(str(model), lam),

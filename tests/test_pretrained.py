@@ -75,3 +75,13 @@ def test_card_of_a_continued_run_keeps_its_start():
     assert f"| compute in all | {total:.1f} minutes of one core, {card['training']['tokens_seen'] + 1000:,} tokens" in text
     assert text.index("FIRST") < text.index("SECOND")
     assert "started from" not in card_markdown("slm-books", dict(card, started_from=[]))
+
+
+def test_card_started_from_copies_the_shipped_start_and_refuses_an_unshipped_one():
+    from pretrained_card import started_from
+    card = json.loads((pretrained.ROOT / "slm-books" / "card.json").read_text())
+    assert started_from({"kind": "slm"}) == []
+    chain = started_from({"init": "slm-books"})
+    assert chain == card["started_from"] + [{k: card[k] for k in ("name", "machine", "command", "training")}]
+    with pytest.raises(SystemExit, match="not a shipped model"):
+        started_from({"init": "exp/some/model"})
