@@ -1,4 +1,5 @@
-"""Initialise a sliding LM from masked-LM weights: our own `mlm` checkpoint, or BERT / RoBERTa.
+"""Initialise a sliding LM from masked-LM weights: our own `mlm` checkpoint, or BERT / RoBERTa (or carry
+our own model of the same kind over as it is, `from_our_checkpoint`).
 
 SlidingLM and MaskedLM have the same parameters (the paper's "+ BERT Init"), so our checkpoint loads
 as is. A Hugging Face `BertForMaskedLM` / `RobertaForMaskedLM` directory is mapped tensor by tensor:
@@ -28,12 +29,14 @@ HF_HEAD = {
 }
 
 
-def slm_from_mlm_checkpoint(directory, kind: str = "slm") -> Scorer:
-    """A `kind` model (default SLM) carrying the weights of our `mlm` model in `directory`
-    (a save_pretrained directory or an ESPnet LM experiment); tokenizer and options kept."""
+def from_our_checkpoint(directory, kind: str = "slm") -> Scorer:
+    """A `kind` model (default SLM) carrying the weights of our model in `directory` (a shipped name, a
+    save_pretrained directory or an ESPnet LM experiment): an `mlm` converted, or a `kind` model as it is
+    (to fine-tune it through ESPnet); tokenizer and options kept."""
     source = Scorer.from_pretrained(directory)
-    if source.model.config.kind != "mlm":
-        raise InputError(f"{directory}: holds a {source.model.config.kind!r} model, not 'mlm'")
+    if source.model.config.kind not in ("mlm", kind):
+        raise InputError(f"{directory}: holds a {source.model.config.kind!r} model: a {kind!r} model starts "
+                         f"from an 'mlm' or a {kind!r} one")
     return _converted(source.model.config, source.model.state_dict(), source.tokenizer, kind,
                       normalize=source.normalize)
 

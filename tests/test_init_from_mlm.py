@@ -8,12 +8,12 @@ from espnet2.torch_utils.load_pretrained_model import load_pretrained_model
 from test_hf import make_bert_dir, make_roberta_dir
 from transformers import AutoModelForMaskedLM
 
-from slm_lm import build_lm
+from slm_lm import build_lm, pretrained
 from slm_lm.bin import init_slm
 from slm_lm.bpe import train_bpe
 from slm_lm.errors import InputError
 from slm_lm.hf import load_hf_scorer
-from slm_lm.init_from_mlm import hf_to_slm_lm, slm_from_hf, slm_from_mlm_checkpoint
+from slm_lm.init_from_mlm import from_our_checkpoint, hf_to_slm_lm, slm_from_hf
 from slm_lm.models import MaskedLM, SlidingLM
 from slm_lm.scorer import Scorer
 
@@ -95,22 +95,24 @@ def test_slm_from_hf_scores(hf_dirs, name):
 
 def test_slm_from_our_mlm_checkpoint(mlm_dir):
     mlm = Scorer.from_pretrained(mlm_dir)
-    slm = slm_from_mlm_checkpoint(mlm_dir)
+    slm = from_our_checkpoint(mlm_dir)
     assert isinstance(slm.model, SlidingLM) and slm.normalize == mlm.normalize
     theirs = mlm.model.state_dict()
     assert all(torch.equal(v, theirs[k]) for k, v in slm.model.state_dict().items())
     scores = slm.score(["the cat sat", ""])
     assert all(s < 0 for s in scores) and scores != mlm.score(["the cat sat", ""])
     slm.save_pretrained(mlm_dir.parent / "slm")
-    with pytest.raises(InputError, match="holds a 'slm' model, not 'mlm'"):
-        slm_from_mlm_checkpoint(mlm_dir.parent / "slm")
+    again = from_our_checkpoint(mlm_dir.parent / "slm")  # the same kind: carried over as it is
+    assert again.score(["the cat sat"]) == pytest.approx(slm.score(["the cat sat"]))
+    with pytest.raises(InputError, match="holds a 'slm' model: a 'clm' model starts from an 'mlm' or a 'clm'"):
+        from_our_checkpoint(mlm_dir.parent / "slm", kind="clm")
 
 
 def test_cli_writes_a_loadable_pretrained_dir(mlm_dir, hf_dirs, tmp_path):
     init_slm.main(["--from", str(mlm_dir), "--out", str(tmp_path / "ours")])
     loaded = Scorer.from_pretrained(tmp_path / "ours")
     assert loaded.model.config.kind == "slm"
-    assert loaded.score(["the cat"]) == pytest.approx(slm_from_mlm_checkpoint(mlm_dir).score(["the cat"]))
+    assert loaded.score(["the cat"]) == pytest.approx(from_our_checkpoint(mlm_dir).score(["the cat"]))
     init_slm.main(["--from", str(hf_dirs["bert"]), "--out", str(tmp_path / "bert"), "--case", "lower"])
     assert json.loads((tmp_path / "bert" / "config.json").read_text())["tokenizer"] == "hf"
     loaded = Scorer.from_pretrained(tmp_path / "bert")
@@ -135,6 +137,18 @@ def test_cli_espnet_init_param(mlm_dir, hf_dirs, tmp_path):
     target = EspnetLike(build_lm("slm", mlm.config.vocab_size, **conf))
     load_pretrained_model(str(tmp_path / "ours" / "lm.pth"), target, ignore_init_mismatch=False)
     assert all(torch.equal(v, mlm.state_dict()[k]) for k, v in target.lm.backbone.state_dict().items())
+    assert (tmp_path / "ours" / "tokens.txt").read_text() == (mlm_dir / "tokens.txt").read_text()
+
+    # a shipped model by name, carried over as it is with its own tokenizer (the mini recipe's stage 5)
+    init_slm.main(["--from", "slm-books", "--out", str(tmp_path / "books"), "--format", "espnet"])
+    shipped = pretrained.path("slm-books")
+    assert (tmp_path / "books" / "tokens.txt").read_text() == (shipped / "tokens.txt").read_text()
+    assert (tmp_path / "books" / "bpe.model").read_bytes() == (shipped / "bpe.model").read_bytes()
+    conf = yaml.safe_load((tmp_path / "books" / "lm_conf.yaml").read_text())["lm_conf"]
+    books = Scorer.from_pretrained("slm-books").model
+    target = EspnetLike(build_lm("slm", books.config.vocab_size, **conf))
+    load_pretrained_model(str(tmp_path / "books" / "lm.pth"), target, ignore_init_mismatch=False)
+    assert all(torch.equal(v, books.state_dict()[k]) for k, v in target.lm.backbone.state_dict().items())
 
     # BERT body into an SLM over another (ESPnet sentencepiece) vocabulary: everything but the vocabulary.
     init_slm.main(["--from", str(hf_dirs["bert"]), "--out", str(tmp_path / "bert"), "--format", "espnet"])
@@ -149,7 +163,7 @@ def test_cli_espnet_init_param(mlm_dir, hf_dirs, tmp_path):
 
 
 def test_cli_errors(tmp_path, capsys):
-    with pytest.raises(SystemExit, match="model directory not found"):
+    with pytest.raises(SystemExit, match="no such model directory, and no shipped model of that name"):
         init_slm.main(["--from", str(tmp_path / "nope"), "--out", str(tmp_path / "out")])
     (tmp_path / "gpt").mkdir()
     (tmp_path / "gpt" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))

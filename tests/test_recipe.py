@@ -13,6 +13,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import torch
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "egs" / "librispeech_slm"
@@ -22,7 +24,9 @@ import data_prep  # noqa: E402
 import decode_nbest  # noqa: E402
 import download_librispeech  # noqa: E402
 
+from slm_lm import pretrained  # noqa: E402
 from slm_lm.errors import InputError  # noqa: E402
+from slm_lm.scorer import Scorer  # noqa: E402
 
 
 def run_recipe(*args, check=True, timeout=900):
@@ -217,6 +221,32 @@ def test_rescoring_am_score_defaults_to_the_decoding_weights(micro, tmp_path):
         run_recipe("--mini", "true", "--micro", "true", "--workdir", str(copy), "--stage", "7", "--stop_stage", "7",
                    "--decode_config", str(conf), *same_lists, *extra, timeout=600)
         assert f"--am-weights\n{expected}\n" in done.read_text()
+
+
+def test_stage5_fine_tunes_a_shipped_lm(micro, tmp_path):
+    """--lm_init slm=slm-books (the mini default): stage 5 starts ESPnet's training from the shipped weights
+    with their own tokenizer, and stage 7 rescores with the result; a malformed --lm_init is refused."""
+    work, _ = micro
+    copy = tmp_path / "micro"
+    shutil.copytree(work, copy, symlinks=True)
+    run_recipe("--mini", "true", "--micro", "true", "--workdir", str(copy), "--stage", "5", "--stop_stage", "7",
+               "--lm_init", "slm=slm-books", "--lm_train_args", "--max_epoch 1 --num_iters_per_epoch 3",
+               timeout=900)
+    lm_dir = copy / "exp" / "lm_finetune_lm_slm_mini_en_slm-books"
+    assert (lm_dir / ".done").exists()
+    shipped = pretrained.path("slm-books")
+    tokens = (shipped / "tokens.txt").read_text().split()
+    config = yaml.safe_load((lm_dir / "config.yaml").read_text())
+    assert config["token_list"] == tokens and config["init_param"] == [str(copy / "exp" / "lm_init_slm_slm-books" / "lm.pth")]
+    start = Scorer.from_pretrained("slm-books").model.state_dict()["embed.tokens.weight"]
+    tuned = Scorer.from_pretrained(lm_dir).model.state_dict()["embed.tokens.weight"]
+    assert not torch.equal(start, tuned)  # trained, from the shipped weights: 3 updates move them a little
+    assert torch.nn.functional.cosine_similarity(start.flatten(), tuned.flatten(), dim=0) > 0.99
+    rescored = decode_dir_of(copy).parent / (decode_dir_of(copy).name + "_rescore_" + lm_dir.name)
+    assert (rescored / "tuning.json").exists()
+    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(copy), "--stage", "5", "--stop_stage", "5",
+                      "--lm_init", "slm", check=False)
+    assert proc.returncode != 0 and "--lm_init: 'slm' is not KIND=MODEL" in proc.stderr
 
 
 def test_launchers_split_job_arrays(tmp_path, fake_slurm):

@@ -33,6 +33,9 @@ librispeech_dir=       # directory holding LibriSpeech/ (default: ${workdir}/dow
 mirror=https://www.openslr.org/resources   # or a local directory with 12/ and 11/ (offline testing)
 lm_kinds=slm           # LMs to train and compare, e.g. "slm clm mlm bilm"
 lm_size=small          # full setting: conf/tuning/train_lm_<kind>_<lm_size>.yaml
+lm_init=default        # KIND=MODEL pairs: stage 5 fine-tunes that kind from our model MODEL (a shipped name or
+                       # a model dir) with its own tokenizer and conf/finetune_lm_<kind>_mini.yaml; "": every
+                       # LM from scratch; default: "slm=slm-books clm=clm-books" (mini), "" (micro, LibriSpeech)
 asr_config=            # default: conf/train_asr.yaml, conf/train_asr_mini.yaml (mini/micro)
 decode_config=         # default: conf/decode_asr.yaml (mini: conf/decode_asr_mini.yaml, micro: conf/decode_asr_micro.yaml)
 inference_tag=         # decoding directory name (default: <decode config>_asr_model_valid.acc.ave)
@@ -59,6 +62,7 @@ help_message="Usage: $0 [options]
   --mini true|false          offline mini corpus (default) or LibriSpeech-960 (--librispeech_dir DIR,
                              --mirror URL|DIR); --micro true: the CI smoke run
   --lm_kinds 'slm clm mlm bilm tta'  --lm_size small|base  --asr_config YAML  --decode_config YAML
+  --lm_init 'slm=slm-books'  mini: stage 5 fine-tunes the slm from the shipped slm-books ('' : from scratch)
   --bpe_size N  --speed_perturb_factors '0.9 1.0 1.1'  --inference_tag NAME  --workdir DIR  --asr_train_args '...'  --lm_train_args '...'
   --fusion_lm clm            decode with stage 5's clm fused in the beam (shallow fusion; its weight:
                              lm_weight of --decode_config, e.g. conf/decode_asr_lm.yaml)
@@ -87,6 +91,8 @@ log() { echo "$(date '+%F %T') (run.sh) $*"; }
 die() { echo "$(date '+%F %T') (run.sh) ERROR: $*" >&2; exit 1; }
 
 if [ "${micro}" = true ] && [ "${mini}" != true ]; then die "--micro true needs --mini true"; fi
+# lm_start KIND: the model that stage 5 fine-tunes KIND from (--lm_init), empty for none
+lm_start() { local pair; for pair in ${lm_init}; do [ "${pair%%=*}" = "$1" ] && echo "${pair#*=}"; done; return 0; }
 if [ "${mini}" = true ]; then
     tag=mini; [ "${micro}" = true ] && tag=micro
     train_parts="train-mini"
@@ -94,22 +100,31 @@ if [ "${mini}" = true ]; then
     : "${asr_config:=conf/train_asr_mini.yaml}"
     if [ "${micro}" = true ]; then
         : "${bpe_size:=100}"
-        : "${asr_train_args:=--max_epoch 1 --batch_bins 400000 --encoder_conf num_blocks=1 --decoder_conf num_blocks=1}"
+        : "${asr_train_args:=--max_epoch 1 --num_iters_per_epoch none --batch_bins 400000 --encoder_conf num_blocks=1 --decoder_conf num_blocks=1}"
         : "${lm_train_args:=--max_epoch 1 --num_iters_per_epoch 10 --lm_conf size=tiny}"
         : "${decode_config:=conf/decode_asr_micro.yaml}"
     fi
     : "${bpe_size:=300}"
     : "${decode_config:=conf/decode_asr_mini.yaml}"
     : "${lm_corpus:=bible}"
-    lm_conf() { echo "conf/train_lm_${1}_mini.yaml"; }
+    if [ "${lm_init}" = default ]; then
+        lm_init="slm=slm-books clm=clm-books"; [ "${micro}" = true ] && lm_init=""
+    fi
+    lm_conf() { if [ -n "$(lm_start "$1")" ]; then echo "conf/finetune_lm_${1}_mini.yaml"
+                else echo "conf/train_lm_${1}_mini.yaml"; fi; }
     [ "${speed_perturb_factors}" = default ] && speed_perturb_factors=""
 else
     : "${workdir:=.}"
     : "${asr_config:=conf/train_asr.yaml}"
     : "${bpe_size:=5000}"
     [ "${speed_perturb_factors}" = default ] && speed_perturb_factors="0.9 1.0 1.1"
+    [ "${lm_init}" = default ] && lm_init=""
+    [ -z "${lm_init}" ] || die "--lm_init: fine-tuning a shipped model is set up for the mini corpus only"
     lm_conf() { echo "conf/tuning/train_lm_${1}_${lm_size}.yaml"; }
 fi
+for pair in ${lm_init}; do
+    case "${pair}" in ?*=?*) ;; *) die "--lm_init: '${pair}' is not KIND=MODEL (e.g. slm=slm-books)" ;; esac
+done
 : "${decode_config:=conf/decode_asr.yaml}"
 if [ -z "${am_weights}" ]; then
     [ -f "${decode_config}" ] || die "--decode_config ${decode_config}: not found"
@@ -128,13 +143,17 @@ token_dir="${data}/token_list/bpe${bpe_size}"
 # ESPnet's experiment names: the config's name, the features, language and token type
 asr_exp="${exp}/asr_$(basename "${asr_config}" .yaml)_raw_en_bpe${bpe_size}${sp}"
 asr_stats="${exp}/asr_stats_raw_en_bpe${bpe_size}${sp}"
-lm_exp() { echo "${exp}/lm_$(basename "$(lm_conf "$1")" .yaml)_en_bpe${bpe_size}"; }
+# a fine-tuned LM keeps its start's tokenizer: named after the start, not the recipe's BPE
+lm_exp() { local start tokens="bpe${bpe_size}"; start=$(lm_start "$1")
+           [ -n "${start}" ] && tokens=$(basename "${start}")
+           echo "${exp}/lm_$(basename "$(lm_conf "$1")" .yaml)_en_${tokens}"; }
 asr_model=valid.acc.ave.pth
 : "${inference_tag:=$(basename "${decode_config}" .yaml)${fusion_lm:+_lm_$(basename "$(lm_exp "${fusion_lm}")")}_asr_model_${asr_model%.pth}}"
 decode_dir="${asr_exp}/${inference_tag}"                  # <set>/<k>best_recog, <set>/score_wer
 rescore_dir() { echo "${decode_dir}_rescore_$(basename "$(lm_exp "$1")")"; }   # one per LM
 under() { echo "$1" | tr '-' '_'; }
 eval_sets=""; for p in ${dev_parts} ${test_parts}; do eval_sets+=" $(under "${p}")"; done
+test_sets=""; for p in ${test_parts}; do test_sets+=" $(under "${p}")"; done
 if [ "${ngpu}" -gt 0 ]; then
     device=cuda; infer_cmd="${cuda_cmd} --gpu 1"       # one GPU per decoding / scoring job
 else
@@ -194,11 +213,17 @@ split_keys() {
     mkdir -p "$2"; rm -f "$2"/keys.*
     awk -v n="$3" -v total="${total}" -v d="$2" '{ print > (d "/keys." (int((NR - 1) * n / total) + 1)) }' "$1"
 }
+# weight_files MODEL: the files holding the weights of MODEL (a shipped name or a model dir)
+weight_files() {
+    python -c 'import sys; from pathlib import Path; from slm_lm import pretrained
+d = pretrained.path(sys.argv[1]) or Path(sys.argv[1])
+print(*sorted(d.glob("model.*")) + sorted(d.glob("*.pth")), sep="\n")' "$1"
+}
 min() { if [ "$1" -lt "$2" ]; then echo "$1"; else echo "$2"; fi; }
 
 if run_stage 0 corpus; then
     if [ "${mini}" = true ]; then
-        if [ "${micro}" = true ]; then sizes=(--train 60 --dev 6 --test 6); else sizes=(--train 1250 --dev 100 --test 100); fi
+        if [ "${micro}" = true ]; then sizes=(--train 60 --dev 6 --test 6); else sizes=(--train 6000 --dev 100 --test 100); fi
         desc=$(work mini_corpus "${sizes[@]}")
         mkdir -p "${librispeech_dir}"
         if ! reuse "${librispeech_dir}" "${desc}"; then
@@ -219,17 +244,17 @@ if run_stage 1 data; then
     need 0 "${corpus}"
     for part in ${train_parts} ${dev_parts} ${test_parts}; do need 0 "${corpus}/${part}"; done
     (
-        set -e
+        # every command ends in "|| exit 1": set -e has no effect in a subshell followed by ||
         subsets=(); for part in ${train_parts}; do subsets+=("${corpus}/${part}"); done
-        python local/data_prep.py --out "${data}/train" "${subsets[@]}"
+        python local/data_prep.py --out "${data}/train" "${subsets[@]}" || exit 1
         if [ -n "${speed_perturb_factors}" ]; then  # resumes: audio already written is kept
             python local/speed_perturb.py --factors "${speed_perturb_factors}" --nj "${nj}" \
-                --audio-dir "${workdir}/dump/speed_perturb" "${data}/train" "${data}/train_sp"
+                --audio-dir "${workdir}/dump/speed_perturb" "${data}/train" "${data}/train_sp" || exit 1
         fi
         subsets=(); for part in ${dev_parts}; do subsets+=("${corpus}/${part}"); done
-        python local/data_prep.py --out "${data}/dev" "${subsets[@]}"   # validation of the training
+        python local/data_prep.py --out "${data}/dev" "${subsets[@]}" || exit 1   # validation of the training
         for part in ${dev_parts} ${test_parts}; do
-            python local/data_prep.py --out "${data}/$(under "${part}")" "${corpus}/${part}"
+            python local/data_prep.py --out "${data}/$(under "${part}")" "${corpus}/${part}" || exit 1
         done
     ) > "${stage_log}" 2>&1 || die "data preparation failed, see ${stage_log}: $(tail -n 3 "${stage_log}")"
     finish_stage 1
@@ -328,15 +353,34 @@ if run_stage 5 lm_train; then
         conf="$(lm_conf "${kind}")"
         need 5 "${conf}"
         lm_dir="$(lm_exp "${kind}")"
+        lm_data="${data}/lm"; tokens=(--token_list "${token_dir}/tokens.txt" --bpemodel "${token_dir}/bpe.model")
+        start="$(lm_start "${kind}")"
+        if [ -n "${start}" ]; then
+            # the start's weights for ESPnet's --init_param, its own tokenizer, and the LM text's
+            # shapes counted in its pieces (stage 3 counted the recipe's)
+            lm_data="${exp}/lm_init_${kind}_$(basename "${start}")"
+            desc=$(work lm_init "${start}" $(weight_files "${start}") "${data}/lm/train.txt" "${data}/lm/valid.txt")
+            if ! reuse "${lm_data}" "${desc}"; then
+                mkdir -p "${lm_data}"
+                ${train_cmd} "${lm_data}/init.log" sh -c '
+                    set -e
+                    python -m slm_lm.bin.init_slm --from "$1" --kind "$2" --format espnet --out "$3"
+                    for x in train valid; do
+                        python -m slm_lm.espnet_lm.data "$4/lm/$x.txt" "$3/$x" --bpemodel "$3/bpe.model" --prefix lm_$x
+                    done' sh "${start}" "${kind}" "${lm_data}" "${data}"
+                finished "${lm_data}" "${desc}" "${lm_data}/lm.pth" "${lm_data}/train/text_shape"
+            fi
+            tokens=(--token_list "${lm_data}/tokens.txt" --bpemodel "${lm_data}/bpe.model" --init_param "${lm_data}/lm.pth")
+        fi
         # the training command, in one place; --resume true: a killed training continues
         lm_train=(python -m slm_lm.bin.lm_train --config "${conf}" --ngpu "${ngpu}" --multiprocessing_distributed true --resume true
-            --token_list "${token_dir}/tokens.txt" --bpemodel "${token_dir}/bpe.model" --token_type bpe
-            --train_data_path_and_name_and_type "${data}/lm/train/text,text,text"
-            --train_shape_file "${data}/lm/train/text_shape"
-            --valid_data_path_and_name_and_type "${data}/lm/valid/text,text,text"
-            --valid_shape_file "${data}/lm/valid/text_shape" --output_dir "${lm_dir}"
+            "${tokens[@]}" --token_type bpe
+            --train_data_path_and_name_and_type "${lm_data}/train/text,text,text"
+            --train_shape_file "${lm_data}/train/text_shape"
+            --valid_data_path_and_name_and_type "${lm_data}/valid/text,text,text"
+            --valid_shape_file "${lm_data}/valid/text_shape" --output_dir "${lm_dir}"
             --use_tensorboard false ${lm_train_args})
-        desc=$(work "${lm_train[@]}" "${data}/lm/train/text" "${data}/lm/valid/text")
+        desc=$(work "${lm_train[@]}" "${lm_data}/train/text" "${lm_data}/valid/text")
         if ! reuse "${lm_dir}" "${desc}"; then
             set_aside "${lm_dir}"
             OMP_NUM_THREADS="${train_threads:-${nj}}" ${cuda_cmd} --gpu "${ngpu}" "${lm_dir}/train.log" "${lm_train[@]}"
@@ -421,7 +465,7 @@ if run_stage 8 results; then
     rescored=(); for kind in ${lm_kinds}; do
         need 7 "$(rescore_dir "${kind}")/.done"; rescored+=("${kind}=$(rescore_dir "${kind}")"); done
     ${train_cmd} "${stage_log}" python local/make_results.py --decode-dir "${decode_dir}" --data "${data}" \
-        --sets "${eval_sets# }" --rescored "${rescored[@]}" --am-weights "${am_weights}" \
+        --sets "${eval_sets# }" --rescored "${rescored[@]}" --am-weights "${am_weights}" --pool "${test_sets# }" \
         --title "$( [ "${mini}" = true ] && echo "mini corpus (${tag})" || echo LibriSpeech-960 )" \
         --out "${workdir}/RESULTS.md"
     finish_stage 8

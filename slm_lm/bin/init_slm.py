@@ -1,12 +1,15 @@
 """slm-init-slm: initialise a sliding LM from masked-LM weights (our `mlm` model, BERT or RoBERTa).
 
---from takes our mlm model (a save_pretrained directory or an ESPnet LM experiment) or a Hugging Face
-BertForMaskedLM / RobertaForMaskedLM directory saved on disk. Outputs:
+--from takes our mlm model (a shipped name, a save_pretrained directory or an ESPnet LM experiment) or a
+Hugging Face BertForMaskedLM / RobertaForMaskedLM directory saved on disk. Our model of --kind itself is
+carried over as it is (e.g. `--from slm-books --format espnet`: fine-tune the shipped SLM with ESPnet's
+trainer). Outputs:
   --format pretrained (default): a save_pretrained directory, scored with slm-score / slm-rescore.
   --format espnet: OUT/lm.pth with `lm.backbone.*` keys for ESPnet's `--init_param OUT/lm.pth`, and
-    OUT/lm_conf.yaml, the `lm_conf` the training config must use so that the shapes match. From a
-    Hugging Face model only the vocabulary-independent weights are written (the token embeddings and
-    the output bias are left out: ESPnet trains on its own sentencepiece token list).
+    OUT/lm_conf.yaml, the `lm_conf` the training config must use so that the shapes match. From our
+    models also OUT/tokens.txt and OUT/bpe.model, the model's own tokenizer, for ESPnet's --token_list
+    and --bpemodel. From a Hugging Face model only the vocabulary-independent weights are written (the
+    token embeddings and the output bias are left out: ESPnet trains on its own sentencepiece token list).
 """
 import argparse
 from pathlib import Path
@@ -39,7 +42,8 @@ def is_hf_dir(directory: Path) -> bool:
 
 
 def save_espnet(scorer, out: Path, vocabulary: bool) -> list:
-    """Write OUT/lm.pth (`lm.backbone.*`) and OUT/lm_conf.yaml; returns the left-out parameter names."""
+    """Write OUT/lm.pth (`lm.backbone.*`), OUT/lm_conf.yaml and, with the vocabulary, the tokenizer files;
+    returns the left-out parameter names."""
     import yaml
 
     from slm_lm.fileio import atomic_open, write_atomic
@@ -48,6 +52,8 @@ def save_espnet(scorer, out: Path, vocabulary: bool) -> list:
     state = scorer.model.state_dict()
     left_out = [] if vocabulary else [k for k in VOCAB_TENSORS if k in state]
     weights = {ESPNET_PREFIX + k: v for k, v in state.items() if k not in left_out}
+    if vocabulary:
+        scorer.tokenizer.save(out)
     conf = scorer.model.config.to_dict()
     for key in ("kind", "vocab_size", "mask_id"):  # ESPnet's token list sets these
         conf.pop(key)
@@ -59,20 +65,22 @@ def save_espnet(scorer, out: Path, vocabulary: bool) -> list:
 
 def main(argv=None):
     args = parse_args(argv)
-    from slm_lm.init_from_mlm import slm_from_hf, slm_from_mlm_checkpoint
+    from slm_lm import pretrained
+    from slm_lm.init_from_mlm import from_our_checkpoint, slm_from_hf
 
     source, out = Path(args.source), Path(args.out)
     try:
-        if not source.is_dir():
-            raise InputError(f"{source}: model directory not found")
+        if not source.is_dir() and pretrained.path(args.source) is None:
+            raise InputError(f"{source}: no such model directory, and no shipped model of that name")
         hf = is_hf_dir(source)
-        scorer = slm_from_hf(source, args.kind, args.case) if hf else slm_from_mlm_checkpoint(source, args.kind)
+        scorer = slm_from_hf(source, args.kind, args.case) if hf else from_our_checkpoint(args.source, args.kind)
         if args.format == "pretrained":
             scorer.save_pretrained(out)
-            print(f"wrote {out} ({args.kind} from {'Hugging Face' if hf else 'our mlm'} weights in {source})")
+            print(f"wrote {out} ({args.kind} from {'Hugging Face' if hf else 'our'} weights in {source})")
         else:
             left_out = save_espnet(scorer, out, vocabulary=not hf)
-            print(f"wrote {out}/lm.pth and {out}/lm_conf.yaml; train with --init_param {out}/lm.pth and that lm_conf")
+            print(f"wrote {out}/lm.pth and {out}/lm_conf.yaml; train with --init_param {out}/lm.pth and that lm_conf"
+                  + ("" if hf else f", --token_list {out}/tokens.txt --bpemodel {out}/bpe.model"))
             if left_out:
                 print(f"left out (vocabulary-dependent, trained from scratch): {', '.join(left_out)}")
     except InputError as e:

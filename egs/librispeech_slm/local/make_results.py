@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Write RESULTS.md in ESPnet's style: per set, the WER of the AM-only 1-best (baseline), of each
 rescored 1-best and of the 10-best oracle, with ESPnet's |Snt|Wrd|Corr|Sub|Del|Ins|Err|S.Err| columns
-(jiwer alignments) and a summary table.
+(jiwer alignments) and a summary table; then each LM's change against the baseline with a paired
+bootstrap interval (slm_lm.significance), per set and over the --pool sets together.
 
     make_results.py --decode-dir exp/asr_x/decode_asr --data data --sets "dev_clean test_clean" \
-        --rescored slm=exp/rescore_slm clm=exp/rescore_clm --out RESULTS.md
+        --rescored slm=exp/rescore_slm clm=exp/rescore_clm --pool "test_clean" --out RESULTS.md
 """
 import argparse
 import json
@@ -17,6 +18,7 @@ import jiwer
 
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
+from slm_lm.significance import paired_bootstrap
 
 
 def read_text(path):
@@ -57,6 +59,23 @@ def counts(refs, hyps, where):
     pct = lambda x, n: 100.0 * x / n  # noqa: E731
     return {"Snt": len(keys), "Wrd": wrd, "Corr": pct(cor, wrd), "Sub": pct(sub, wrd), "Del": pct(dele, wrd),
             "Ins": pct(ins, wrd), "Err": pct(sub + dele + ins, wrd), "S.Err": pct(serr, len(keys))}
+
+
+def utterance_errors(refs, hyps):
+    """(word errors, reference words) per utterance, in sorted utterance order."""
+    keys = sorted(refs)
+    out = [jiwer.process_words(refs[k], hyps[k] if hyps[k] else "") for k in keys]
+    return [o.substitutions + o.deletions + o.insertions for o in out], [len(refs[k].split()) for k in keys]
+
+
+def gain_rows(name, rows, samples=10_000):
+    """Markdown rows: `name` against the baseline per (label, base_errors, errors, words) of `rows`."""
+    out = []
+    for label, base, errors, words in rows:
+        r = paired_bootstrap(base, errors, words, samples=samples)
+        out.append(f"|{label}|{name}|{r.wer_a:.2f}|{r.wer_b:.2f}|{r.delta:+.2f} ({100 * r.delta / r.wer_a:+.1f} %)|"
+                   f"{r.ci_low:+.2f} .. {r.ci_high:+.2f}|{r.p_b_better:.3f}|")
+    return out
 
 
 def oracle_hyps(decode_set, refs, nbest):
@@ -112,6 +131,7 @@ def main(argv=None):
     p.add_argument("--rescored", nargs="*", default=[], help="NAME=DIR of slm_lm.bin.rescore outputs")
     p.add_argument("--am-weights", default="decoder=0.7,ctc=0.3")
     p.add_argument("--nbest", type=int, default=10)
+    p.add_argument("--pool", default="", help="space-separated sets also compared together (e.g. the test sets)")
     p.add_argument("--title", default="")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
@@ -122,15 +142,21 @@ def main(argv=None):
     decode_dir, sets = Path(args.decode_dir), args.sets.split()
     systems = {"baseline (AM only)": {}, **{f"rescored, {r.split('=')[0]}": {} for r in args.rescored},
                f"oracle ({args.nbest}-best)": {}}
-    lambdas = {}
+    pool = args.pool.split()
+    if set(pool) - set(sets):
+        raise InputError(f"--pool {args.pool!r}: not among --sets {args.sets!r}")
+    lambdas, errors = {}, {}  # errors[(system, set)] = (word errors, reference words) per utterance
     for s in sets:
         refs = read_text(Path(args.data) / s / "text")
         d = decode_dir / s
-        systems["baseline (AM only)"][s] = counts(refs, am_only_hyps(d, weights, args.nbest), d)
+        base = am_only_hyps(d, weights, args.nbest)
+        systems["baseline (AM only)"][s] = counts(refs, base, d)
+        errors["baseline", s] = utterance_errors(refs, base)
         for spec in args.rescored:
             name, _, rdir = spec.partition("=")
             hyps = read_text(Path(rdir) / s / "1best_recog" / "text")
             systems[f"rescored, {name}"][s] = counts(refs, hyps, Path(rdir) / s)
+            errors[name, s] = utterance_errors(refs, hyps)
             tuning = json.loads((Path(rdir) / "tuning.json").read_text(encoding="utf-8"))
             lambdas[name] = tuning["best"]
         systems[f"oracle ({args.nbest}-best)"][s] = counts(refs, oracle_hyps(d, refs, args.nbest), d)
@@ -151,6 +177,17 @@ def main(argv=None):
              "|dataset|" + "|".join(systems) + "|", "|---|" + "---|" * len(systems)]
     for s in sets:
         lines.append(f"|{s}|" + "|".join(f"{systems[n][s]['Err']:.2f}" for n in systems) + "|")
+    if args.rescored:
+        lines += ["", "## Rescoring against the baseline (paired bootstrap over utterances, 10,000 resamples)", "",
+                  "|dataset|LM|baseline|rescored|change (relative)|95 % interval|P(rescored better)|",
+                  "|---|---|---|---|---|---|---|"]
+        for spec in args.rescored:
+            name = spec.partition("=")[0]
+            rows = [(s, errors["baseline", s][0], errors[name, s][0], errors[name, s][1]) for s in sets]
+            if pool:
+                rows.append((" + ".join(pool), *(sum((errors[who, s][i] for s in pool), [])
+                                                 for who, i in (("baseline", 0), (name, 0), (name, 1)))))
+            lines += gain_rows(name, rows)
     lines += ["", f"## {decode_dir}", ""]
     for name, per_set in systems.items():
         lines += table(f"WER, {name}", [(s, per_set[s]) for s in sets])

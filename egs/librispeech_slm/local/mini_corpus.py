@@ -43,12 +43,13 @@ VOICES = ["en-us", "en-gb", "en-us+f3", "en-gb-scotland", "en-029+f2", "en-us-ny
 DEV_BOOKS = ["Josh", "Mark"]  # book names as `bible -f` abbreviates them
 TEST_BOOKS = ["Jdgs", "Luke"]
 # subset -> (source split, rate range (words/min), SNR range (dB))
+# (train-mini last: the utterance ids number all subsets in this order, so --train N leaves dev/test ids as they are)
 SUBSETS = {
-    "train-mini": ("train", (170, 240), (12.0, 40.0)),
     "dev-clean": ("dev", (170, 200), (25.0, 40.0)),
     "dev-other": ("dev", (210, 240), (8.0, 15.0)),
     "test-clean": ("test", (170, 200), (25.0, 40.0)),
     "test-other": ("test", (210, 240), (8.0, 15.0)),
+    "train-mini": ("train", (170, 240), (12.0, 40.0)),
 }
 # `bible -f` prints one verse a line: "1Sm3:10 And the LORD came, ..."
 _VERSE = re.compile(r"^(?P<book>[1-3]?[A-Za-z]+)(?P<chapter>\d+):(?P<verse>\d+) (?P<text>.+)$")
@@ -93,9 +94,9 @@ def plan(verses, counts, seed, min_words, max_words):
     pools["train"] = [x for x in pools["train"] if x[2] not in held_out]
     dev_set = {t for _, _, t in pools["dev"]}
     pools["test"] = [x for x in pools["test"] if x[2] not in dev_set]
-    rng = random.Random(seed)
     chosen, used = {}, defaultdict(set)
     for subset, (split, _, _) in SUBSETS.items():
+        rng = random.Random(f"{seed}:{subset}")  # one stream per subset: --train N leaves dev/test as they are
         pool = [x for x in pools[split] if x[2] not in used[split]]
         # distinct texts inside a split (dev-clean and dev-other never share a sentence)
         uniq = list({x[2]: x for x in pool}.values())
@@ -140,7 +141,7 @@ def main(argv=None):
     """Command line: build the mini corpus under --out."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="corpus root (gets LibriSpeech/ and books/)")
-    p.add_argument("--train", type=int, default=1250, help="train utterances")
+    p.add_argument("--train", type=int, default=6000, help="train utterances")
     p.add_argument("--dev", type=int, default=100, help="utterances per dev set (clean, other)")
     p.add_argument("--test", type=int, default=100, help="utterances per test set")
     p.add_argument("--min-words", type=int, default=3)
@@ -163,14 +164,14 @@ def main(argv=None):
               "test-clean": args.test, "test-other": args.test}
     chosen = plan(verses, counts, args.seed, args.min_words, args.max_words)
     book_index = {b: i for i, b in enumerate(books)}
-    rng = random.Random(args.seed + 1)
     jobs, trans = [], defaultdict(list)
     for subset, items in chosen.items():
+        rng = random.Random(f"{args.seed + 1}:{subset}")
         _, (r_lo, r_hi), (s_lo, s_hi) = SUBSETS[subset]
-        for n, (book, chapter, text) in enumerate(items):
+        for book, chapter, text in items:
             v = rng.randrange(len(VOICES))
             spk, chap = 100 + v, book_index[book] * 1000 + chapter
-            uttid = f"{spk}-{chap}-{n:04d}"
+            uttid = f"{spk}-{chap}-{len(jobs):04d}"  # unique across subsets
             d = out / "LibriSpeech" / subset / str(spk) / str(chap)
             d.mkdir(parents=True, exist_ok=True)
             jobs.append((str(d / f"{uttid}.flac"), text, VOICES[v], rng.randint(r_lo, r_hi),
