@@ -125,6 +125,13 @@ def test_micro_all_stages(micro):
     assert "|dataset|" in results and "baseline (AM only)" in results and "oracle (10-best)" in results
     for s in ("dev_clean", "dev_other", "test_clean", "test_other"):
         assert f"|{s}|" in results
+    # the SLM against the baseline, per set and over the test sets together (word-weighted)
+    gains = {row.split("|")[1]: row.split("|") for row in results.splitlines() if "|slm|" in row}
+    words = {s: sum(len(line.split()) - 1 for line in (work / "data" / s / "text").read_text().splitlines())
+             for s in ("test_clean", "test_other")}
+    pooled = sum(float(gains[s][3]) * n for s, n in words.items()) / sum(words.values())
+    assert float(gains["test_clean + test_other"][3]) == pytest.approx(pooled, abs=0.006)
+    assert all(0 <= float(row[7]) <= 1 for row in gains.values())  # P(rescored better)
     assert "RESULTS" in proc.stdout  # the table is printed at the end
 
 

@@ -9,9 +9,10 @@
 #
 # Stages (each logs to ${exp}/logs/stage<N>_<name>.log or to its experiment directory):
 #   0 corpus: download LibriSpeech (OpenSLR 12) + LM corpus (OpenSLR 11), or build the mini corpus
-#   1 Kaldi-style data directories      2 BPE / token list (ASR and LMs share it)
+#   1 Kaldi-style data directories      2 BPE / token list (ASR and LMs share it, except a fine-tuned LM)
 #   3 LM text, dev/test decontaminated  4 ASR training (ESPnet Conformer, collect-stats pass first)
-#   5 LM training (SLM; CLM/MLM/Bi-LM with --lm_kinds)   6 N-best decoding (Speech2Text, beam 10)
+#   5 LM training (SLM; CLM/MLM/Bi-LM with --lm_kinds; mini: fine-tuned from the shipped slm-books)
+#   6 N-best decoding (Speech2Text, beam 10)
 #   7 LM scoring + rescoring, lambda tuned on dev        8 RESULTS.md (WER: baseline, rescored, oracle)
 # As in ESPnet, every stage from --stage to --stop_stage runs. What a stage makes lives in a directory
 # named by what made it (ESPnet's tags: exp/asr_<asr config>_raw_en_bpe<N>, exp/lm_<lm config>_en_bpe<N>,

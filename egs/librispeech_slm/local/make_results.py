@@ -41,31 +41,35 @@ def read_scores(path):
     return {k: float(v.replace("tensor(", "").rstrip(")")) for k, v in read_text(path).items()}
 
 
-def counts(refs, hyps, where):
-    """ESPnet's WER columns from jiwer's alignment of hyps against refs (same uttids)."""
+def align(refs, hyps, where):
+    """jiwer's word alignment of each hypothesis against its reference, in sorted utterance order."""
     if set(refs) != set(hyps):
         odd = sorted(set(refs) ^ set(hyps))[:3]
         raise InputError(f"{where}: utterances differ from the references, e.g. {odd}")
     keys = sorted(refs)
-    sub = dele = ins = cor = wrd = serr = 0
     for k in keys:
-        r, h = refs[k], hyps[k]
-        if not r:
+        if not refs[k]:
             raise InputError(f"{where}: empty reference for {k}")
-        o = jiwer.process_words(r, h if h else "")
-        sub, dele, ins, cor = sub + o.substitutions, dele + o.deletions, ins + o.insertions, cor + o.hits
-        wrd += len(r.split())
-        serr += int(o.substitutions + o.deletions + o.insertions > 0)
+    return [jiwer.process_words(refs[k], hyps[k] if hyps[k] else "") for k in keys]
+
+
+def counts(alignments):
+    """ESPnet's WER columns from the alignments of `align`."""
+    sub = sum(o.substitutions for o in alignments)
+    dele = sum(o.deletions for o in alignments)
+    ins = sum(o.insertions for o in alignments)
+    cor = sum(o.hits for o in alignments)
+    wrd = sub + dele + cor
+    serr = sum(o.substitutions + o.deletions + o.insertions > 0 for o in alignments)
     pct = lambda x, n: 100.0 * x / n  # noqa: E731
-    return {"Snt": len(keys), "Wrd": wrd, "Corr": pct(cor, wrd), "Sub": pct(sub, wrd), "Del": pct(dele, wrd),
-            "Ins": pct(ins, wrd), "Err": pct(sub + dele + ins, wrd), "S.Err": pct(serr, len(keys))}
+    return {"Snt": len(alignments), "Wrd": wrd, "Corr": pct(cor, wrd), "Sub": pct(sub, wrd), "Del": pct(dele, wrd),
+            "Ins": pct(ins, wrd), "Err": pct(sub + dele + ins, wrd), "S.Err": pct(serr, len(alignments))}
 
 
-def utterance_errors(refs, hyps):
-    """(word errors, reference words) per utterance, in sorted utterance order."""
-    keys = sorted(refs)
-    out = [jiwer.process_words(refs[k], hyps[k] if hyps[k] else "") for k in keys]
-    return [o.substitutions + o.deletions + o.insertions for o in out], [len(refs[k].split()) for k in keys]
+def utterance_errors(alignments):
+    """(word errors, reference words) per utterance, from the alignments of `align`."""
+    return ([o.substitutions + o.deletions + o.insertions for o in alignments],
+            [o.substitutions + o.deletions + o.hits for o in alignments])
 
 
 def gain_rows(name, rows, samples=10_000):
@@ -149,17 +153,17 @@ def main(argv=None):
     for s in sets:
         refs = read_text(Path(args.data) / s / "text")
         d = decode_dir / s
-        base = am_only_hyps(d, weights, args.nbest)
-        systems["baseline (AM only)"][s] = counts(refs, base, d)
-        errors["baseline", s] = utterance_errors(refs, base)
+        base = align(refs, am_only_hyps(d, weights, args.nbest), d)
+        systems["baseline (AM only)"][s] = counts(base)
+        errors["baseline", s] = utterance_errors(base)
         for spec in args.rescored:
             name, _, rdir = spec.partition("=")
-            hyps = read_text(Path(rdir) / s / "1best_recog" / "text")
-            systems[f"rescored, {name}"][s] = counts(refs, hyps, Path(rdir) / s)
-            errors[name, s] = utterance_errors(refs, hyps)
+            rescored = align(refs, read_text(Path(rdir) / s / "1best_recog" / "text"), Path(rdir) / s)
+            systems[f"rescored, {name}"][s] = counts(rescored)
+            errors[name, s] = utterance_errors(rescored)
             tuning = json.loads((Path(rdir) / "tuning.json").read_text(encoding="utf-8"))
             lambdas[name] = tuning["best"]
-        systems[f"oracle ({args.nbest}-best)"][s] = counts(refs, oracle_hyps(d, refs, args.nbest), d)
+        systems[f"oracle ({args.nbest}-best)"][s] = counts(align(refs, oracle_hyps(d, refs, args.nbest), d))
 
     import torch
     try:
