@@ -254,6 +254,9 @@ def test_stage5_fine_tunes_a_shipped_lm(micro, tmp_path):
     proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(copy), "--stage", "5", "--stop_stage", "5",
                       "--lm_init", "slm", check=False)
     assert proc.returncode != 0 and "--lm_init: 'slm' is not KIND=MODEL" in proc.stderr
+    proc = run_recipe("--mini", "true", "--workdir", str(copy), "--stage", "6", "--stop_stage", "6",
+                      "--fusion_lm", "clm", check=False)  # the mini default fine-tunes clm from clm-books
+    assert proc.returncode != 0 and "shallow fusion needs the LM on the ASR's token list" in proc.stderr
 
 
 def test_launchers_split_job_arrays(tmp_path, fake_slurm):

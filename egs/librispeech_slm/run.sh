@@ -126,6 +126,10 @@ fi
 for pair in ${lm_init}; do
     case "${pair}" in ?*=?*) ;; *) die "--lm_init: '${pair}' is not KIND=MODEL (e.g. slm=slm-books)" ;; esac
 done
+if [ -n "${fusion_lm}" ] && [ -n "$(lm_start "${fusion_lm}")" ]; then
+    die "--fusion_lm ${fusion_lm}: shallow fusion needs the LM on the ASR's token list, but --lm_init fine-tunes it" \
+        "from $(lm_start "${fusion_lm}") with that model's tokenizer; add --lm_init '' to train it from scratch"
+fi
 : "${decode_config:=conf/decode_asr.yaml}"
 if [ -z "${am_weights}" ]; then
     [ -f "${decode_config}" ] || die "--decode_config ${decode_config}: not found"
