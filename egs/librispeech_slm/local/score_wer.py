@@ -8,7 +8,7 @@ and ``<dir>/score_wer/result.txt``, the WER summary (ESPnet's columns, jiwer ali
 import argparse
 from pathlib import Path
 
-from make_results import counts, read_text, table
+from make_results import align, counts, read_text, table
 
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
@@ -24,7 +24,7 @@ def score_dir(decode, data):
     refs = read_text(data / "text")
     spk = read_text(data / "utt2spk") if (data / "utt2spk").is_file() else {}
     hyps = read_text(decode / "1best_recog" / "text")
-    c = counts(refs, hyps, decode / "1best_recog" / "text")
+    c = counts(align(refs, hyps, decode / "1best_recog" / "text"))
     write_atomic(decode / "text", "".join(f"{u} {hyps[u]}".rstrip() + "\n" for u in sorted(hyps)))
     write_atomic(decode / "score_wer" / "ref.trn", trn(refs, spk))
     write_atomic(decode / "score_wer" / "hyp.trn", trn(hyps, spk))
