@@ -583,6 +583,24 @@ def test_cmd_backends_are_valid_shell():
 
 
 
+def test_profile_asr_step_times_dtypes_and_names_operators(micro, tmp_path):
+    """local/profile_asr_step.py on the micro experiment: a median per dtype against float32, then the
+    profiler's operator table; a missing data dir is one error line, status 2."""
+    work, _ = micro
+    script = [sys.executable, "local/profile_asr_step.py", "--config",
+              str(work / "exp" / "asr_train_asr_mini_raw_en_bpe100" / "config.yaml")]
+    proc = subprocess.run([*script, "--data", str(work / "data" / "train"), "--batches", "2", "--batch-utts", "4",
+                           "--reps", "1", "--threads", "1"], cwd=RECIPE, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "float32: " in proc.stdout and "(1.00x float32)" in proc.stdout
+    assert "bfloat16: " in proc.stdout and "aten::" in proc.stdout
+    proc = subprocess.run([*script, "--data", str(tmp_path / "nodata")], cwd=RECIPE, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("profile_asr_step.py: error: ") and f"{tmp_path}/nodata/text" in line, line
+
+
 @pytest.mark.parametrize("script,args", [("score_wer.py", ["DIR"]), ("decode_nbest.py", ["--out", "DIR"])])
 def test_local_scripts_report_bad_input_in_one_line_with_status_2(script, args, tmp_path):
     """The recipe's local/ scripts exit 2 with one line naming the missing file, no traceback."""
