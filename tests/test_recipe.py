@@ -244,7 +244,8 @@ def test_stage5_fine_tunes_a_shipped_lm(micro, tmp_path):
     shipped = pretrained.path("slm-books")
     tokens = (shipped / "tokens.txt").read_text().split()
     config = yaml.safe_load((lm_dir / "config.yaml").read_text())
-    assert config["token_list"] == tokens and config["init_param"] == [str(copy / "exp" / "lm_init_slm_slm-books" / "lm.pth")]
+    assert config["token_list"] == tokens
+    assert config["init_param"] == [str(copy / "exp" / "lm_init_slm_slm-books" / "lm.pth")]
     start = Scorer.from_pretrained("slm-books").model.state_dict()["embed.tokens.weight"]
     tuned = Scorer.from_pretrained(lm_dir).model.state_dict()["embed.tokens.weight"]
     assert not torch.equal(start, tuned)  # trained, from the shipped weights: 3 updates move them a little
@@ -598,7 +599,7 @@ def test_profile_asr_step_times_dtypes_and_names_operators(micro, tmp_path):
                           timeout=300)
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("profile_asr_step.py: error: ") and f"{tmp_path}/nodata/text" in line, line
+    assert line == f"profile_asr_step.py: error: {tmp_path}/nodata/text: not found", line
 
 
 @pytest.mark.parametrize("script,args", [("score_wer.py", ["DIR"]), ("decode_nbest.py", ["--out", "DIR"])])

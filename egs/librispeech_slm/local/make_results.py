@@ -72,11 +72,14 @@ def utterance_errors(alignments):
             [o.substitutions + o.deletions + o.hits for o in alignments])
 
 
-def gain_rows(name, rows, samples=10_000):
+BOOTSTRAP_SAMPLES = 10_000
+
+
+def gain_rows(name, rows):
     """Markdown rows: `name` against the baseline per (label, base_errors, errors, words) of `rows`."""
     out = []
     for label, base, errors, words in rows:
-        r = paired_bootstrap(base, errors, words, samples=samples)
+        r = paired_bootstrap(base, errors, words, samples=BOOTSTRAP_SAMPLES)
         out.append(f"|{label}|{name}|{r.wer_a:.2f}|{r.wer_b:.2f}|{r.delta:+.2f} ({100 * r.delta / r.wer_a:+.1f} %)|"
                    f"{r.ci_low:+.2f} .. {r.ci_high:+.2f}|{r.p_b_better:.3f}|")
     return out
@@ -182,15 +185,18 @@ def main(argv=None):
     for s in sets:
         lines.append(f"|{s}|" + "|".join(f"{systems[n][s]['Err']:.2f}" for n in systems) + "|")
     if args.rescored:
-        lines += ["", "## Rescoring against the baseline (paired bootstrap over utterances, 10,000 resamples)", "",
+        lines += ["", "## Rescoring against the baseline (paired bootstrap over utterances, "
+                  f"{BOOTSTRAP_SAMPLES:,} resamples)", "",
                   "|dataset|LM|baseline|rescored|change (relative)|95 % interval|P(rescored better)|",
                   "|---|---|---|---|---|---|---|"]
+        def pooled(who, i):  # errors[who, s][i] of the pool's sets, one list
+            return [x for s in pool for x in errors[who, s][i]]
+
         for spec in args.rescored:
             name = spec.partition("=")[0]
             rows = [(s, errors["baseline", s][0], errors[name, s][0], errors[name, s][1]) for s in sets]
             if pool:
-                rows.append((" + ".join(pool), *(sum((errors[who, s][i] for s in pool), [])
-                                                 for who, i in (("baseline", 0), (name, 0), (name, 1)))))
+                rows.append((" + ".join(pool), pooled("baseline", 0), pooled(name, 0), pooled(name, 1)))
             lines += gain_rows(name, rows)
     lines += ["", f"## {decode_dir}", ""]
     for name, per_set in systems.items():

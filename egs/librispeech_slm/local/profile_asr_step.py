@@ -11,11 +11,10 @@ torch.profiler. Run it from the recipe directory (config.yaml's paths are relati
         --data mini/data/train --dtype float32,bfloat16 --threads 2
 """
 import argparse
+import os
 import statistics
-import sys
 import time
 
-import sentencepiece as spm
 import soundfile as sf
 import torch
 import yaml
@@ -39,21 +38,20 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def load_batches(data, config, batch_utts, n_batches):
-    """[(speech, speech_lengths, text, text_lengths)] from the first utterances of `data`'s wav.scp."""
+def load_batches(data, preprocess, batch_utts, n_batches):
+    """[(speech, speech_lengths, text, text_lengths)] from the first utterances of `data`'s wav.scp, the text
+    tokenised by ESPnet's own preprocessor (`preprocess`, as in training)."""
     texts = dict(line.rstrip("\n").split(" ", 1) for line in open(f"{data}/text", encoding="utf-8"))
     wavs = [line.split() for line in open(f"{data}/wav.scp", encoding="utf-8")][: batch_utts * n_batches]
-    pieces = spm.SentencePieceProcessor(model_file=config.bpemodel)
-    index = {token: i for i, token in enumerate(config.token_list)}
-    unk = index["<unk>"]
     missing = [key for key, _ in wavs if key not in texts]
     if missing:
         raise InputError(f"{data}/text: no transcript for {missing[0]} (of wav.scp)")
     out = []
     for start in range(0, len(wavs), batch_utts):
-        rows = wavs[start:start + batch_utts]
-        speech = [torch.from_numpy(sf.read(path, dtype="float32")[0]) for _, path in rows]
-        text = [torch.tensor([index.get(p, unk) for p in pieces.encode(texts[key], out_type=str)]) for key, _ in rows]
+        rows = [preprocess(key, {"speech": sf.read(path, dtype="float32")[0], "text": texts[key]})
+                for key, path in wavs[start:start + batch_utts]]
+        speech = [torch.from_numpy(row["speech"]) for row in rows]
+        text = [torch.from_numpy(row["text"]) for row in rows]
         out.append((pad_sequence(speech, batch_first=True), torch.tensor([len(x) for x in speech]),
                     pad_sequence(text, batch_first=True, padding_value=-1), torch.tensor([len(y) for y in text])))
     return out
@@ -68,9 +66,12 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     with open(args.config, encoding="utf-8") as f:
         config = argparse.Namespace(**yaml.safe_load(f))
-    data = load_batches(args.data, config, args.batch_utts, args.batches)  # bad input fails before ESPnet loads
+    for name in ("text", "wav.scp"):  # bad input fails before ESPnet loads (and prints its warnings)
+        if not os.path.isfile(f"{args.data}/{name}"):
+            raise InputError(f"{args.data}/{name}: not found")
     from espnet2.tasks.asr import ASRTask
 
+    data = load_batches(args.data, ASRTask.build_preprocess_fn(config, train=False), args.batch_utts, args.batches)
     torch.manual_seed(0)
     model = ASRTask.build_model(config).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
