@@ -5,6 +5,8 @@ A pair is right when `sentence_good` scores strictly higher than `sentence_bad`;
 e.g. the 7 pairs whose two sentences are identical) counts as an error and is reported. Every
 unique sentence is scored once (`slm_lm.score_cache.lm_scores`, optionally with a resumable on-disk
 cache). Accuracies pool the pairs (all 67 paradigms have 1000 pairs, so pooled = mean of paradigms).
+They are also split by length (`LENGTHS`): a summed log-prob favours the shorter sentence, so a pair whose
+good sentence has fewer words than the bad one is easier for it than a pair where it has more.
 """
 import json
 from collections import Counter
@@ -36,6 +38,8 @@ TERM_TO_PHENOMENON = {
 }
 # `field` is spelled two ways in the data.
 FIELD_SPELLINGS = {"syntax/semantics": "syntax_semantics"}
+# How the good sentence's word count compares with the bad one's.
+LENGTHS = ("fewer words than", "as many words as", "more words than")
 REQUIRED = ("sentence_good", "sentence_bad", "field", "linguistics_term", "UID", "pairID")
 # Published rows (Transcormer paper, Table "Results on BLiMP"): overall, then the 12 columns.
 PUBLISHED = {
@@ -58,6 +62,12 @@ class Pair:
     term: str
     field: str
     where: str
+
+    @property
+    def length(self) -> str:
+        """The good sentence has fewer, as many or more (whitespace-separated) words than the bad one."""
+        good, bad = len(self.good.split()), len(self.bad.split())
+        return LENGTHS[(good >= bad) + (good > bad)]
 
 
 def read_paradigm(path, limit: int | None = None) -> list:
@@ -134,9 +144,12 @@ def evaluate(scorer, data: dict, cache_dir=None, progress: bool = True) -> dict:
     paradigms = []
     for name, pairs in data.items():
         correct, ties = 0, []
+        by_length = {length: {"pairs": 0, "correct": 0} for length in LENGTHS}
         for p in pairs:
             good, bad = scores[p.good], scores[p.bad]
             correct += good > bad
+            by_length[p.length]["pairs"] += 1
+            by_length[p.length]["correct"] += int(good > bad)
             if good == bad:
                 ties.append({"pairID": p.pair_id, "identical": p.good == p.bad, "where": p.where})
         paradigms.append({
@@ -148,15 +161,18 @@ def evaluate(scorer, data: dict, cache_dir=None, progress: bool = True) -> dict:
             "correct": int(correct),
             "accuracy": 100.0 * correct / len(pairs),
             "ties": ties,
+            "by_length": by_length,
         })
     return summarize(paradigms, scorer.name)
 
 
 def summarize(paradigms: list, model: str) -> dict:
-    """Overall and per-phenomenon accuracy (pooled pairs) from per-paradigm results."""
+    """Overall, per-phenomenon and per-length accuracy (pooled pairs) from per-paradigm results."""
     def pooled(rows):
         pairs = sum(r["pairs"] for r in rows)
         return 100.0 * sum(r["correct"] for r in rows) / pairs if pairs else None
+
+    lengths = {length: [r["by_length"][length] for r in paradigms] for length in LENGTHS}
 
     ties = [dict(t, paradigm=r["paradigm"]) for r in paradigms for t in r["ties"]]
     return {
@@ -165,6 +181,8 @@ def summarize(paradigms: list, model: str) -> dict:
         "pairs": sum(r["pairs"] for r in paradigms),
         "overall": pooled(paradigms),
         "phenomena": {ph: pooled([r for r in paradigms if r["phenomenon"] == ph]) for ph in PHENOMENA},
+        "by_length": {length: {"pairs": sum(r["pairs"] for r in rows), "accuracy": pooled(rows)}
+                      for length, rows in lengths.items()},
         "ties": {"count": len(ties), "identical_sentences": sum(t["identical"] for t in ties), "pairs": ties},
         "per_paradigm": paradigms,
     }
@@ -189,6 +207,10 @@ def results_markdown(results: dict, label: str) -> str:
         f"| {label} | {cell(results['overall'])} | " + " | ".join(cell(results["phenomena"][p]) for p in PHENOMENA) + " |",
     ]
     lines += [f"| {name} (paper) | " + " | ".join(cell(v) for v in row) + " |" for name, row in PUBLISHED.items()]
+    lines += ["", "## By length", "", "A summed log-prob favours the shorter sentence of a pair.", "",
+              "| the good sentence has | pairs | accuracy |", "|---|---:|---:|"]
+    lines += [f"| {length} the bad one | {row['pairs']} | {cell(row['accuracy'])} |"
+              for length, row in results["by_length"].items()]
     lines += ["", "## Per paradigm", "", "| paradigm | phenomenon | pairs | accuracy | ties |", "|---|---|---:|---:|---:|"]
     lines += [f"| {r['paradigm']} | {r['phenomenon']} | {r['pairs']} | {r['accuracy']:.1f} | {len(r['ties'])} |"
               for r in results["per_paradigm"]]

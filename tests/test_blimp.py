@@ -79,6 +79,21 @@ def test_pairs_judged_strictly_and_ties_reported(data_dir):
     assert results["phenomena"]["NPI"] is None  # no NPI paradigm in the slice
 
 
+def test_accuracy_split_by_length():
+    data = load_blimp(BLIMP, paradigms=["expletive_it_object_raising"], limit=10)  # 2 fewer, 5 as many, 3 more
+    pairs = [p for ps in data.values() for p in ps]
+    words = lambda s: len(s.split())  # noqa: E731
+    classes = {"fewer words than": [p for p in pairs if words(p.good) < words(p.bad)],
+               "as many words as": [p for p in pairs if words(p.good) == words(p.bad)],
+               "more words than": [p for p in pairs if words(p.good) > words(p.bad)]}
+    assert all(classes.values())  # the slice has pairs of each kind
+    results = evaluate(FakeScorer(), data, progress=False)
+    for length, members in classes.items():
+        expected = 100.0 * sum(len(p.good) < len(p.bad) for p in members) / len(members)
+        assert results["by_length"][length] == {"pairs": len(members), "accuracy": pytest.approx(expected)}
+    assert results["by_length"]["fewer words than"]["accuracy"] > results["by_length"]["more words than"]["accuracy"]
+
+
 def test_outputs_are_the_papers_table(data_dir, tmp_path):
     results = evaluate(FakeScorer(), load_blimp(data_dir), progress=False)
     write_results(results, tmp_path, "fake")
@@ -88,6 +103,9 @@ def test_outputs_are_the_papers_table(data_dir, tmp_path):
     row = next(line for line in md.splitlines() if line.startswith("| fake |"))
     assert f"{results['overall']:.1f}" in row and "| – |" in row
     assert "| BERT (base) (paper) | 84.2 |" in md
+    for length, row in results["by_length"].items():
+        accuracy = "–" if row["accuracy"] is None else f"{row['accuracy']:.1f}"  # the slice has no pair of one kind
+        assert f"| {length} the bad one | {row['pairs']} | {accuracy} |" in md
     per_paradigm = json.loads((tmp_path / "blimp_paradigms.json").read_text())
     assert [r["paradigm"] for r in per_paradigm] == sorted(SLICES)
     summary = json.loads((tmp_path / "blimp_results.json").read_text())
