@@ -147,9 +147,10 @@ def evaluate(scorer, data: dict, cache_dir=None, progress: bool = True) -> dict:
         by_length = {length: {"pairs": 0, "correct": 0} for length in LENGTHS}
         for p in pairs:
             good, bad = scores[p.good], scores[p.bad]
-            correct += good > bad
+            right = int(good > bad)
+            correct += right
             by_length[p.length]["pairs"] += 1
-            by_length[p.length]["correct"] += int(good > bad)
+            by_length[p.length]["correct"] += right
             if good == bad:
                 ties.append({"pairID": p.pair_id, "identical": p.good == p.bad, "where": p.where})
         paradigms.append({
@@ -173,7 +174,6 @@ def summarize(paradigms: list, model: str) -> dict:
         return 100.0 * sum(r["correct"] for r in rows) / pairs if pairs else None
 
     lengths = {length: [r["by_length"][length] for r in paradigms] for length in LENGTHS}
-
     ties = [dict(t, paradigm=r["paradigm"]) for r in paradigms for t in r["ties"]]
     return {
         "model": model,
