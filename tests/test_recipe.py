@@ -600,6 +600,13 @@ def test_profile_asr_step_times_dtypes_and_names_operators(micro, tmp_path):
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert line == f"profile_asr_step.py: error: {tmp_path}/nodata/text: not found", line
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "text").write_text("u1 HELLO\n")
+    (bad / "wav.scp").write_text("u1 a.wav\nu2 b.wav\n")
+    proc = subprocess.run([*script, "--data", str(bad)], cwd=RECIPE, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"profile_asr_step.py: error: {bad}/text: no transcript for u2 (of wav.scp)"
 
 
 @pytest.mark.parametrize("script,args", [("score_wer.py", ["DIR"]), ("decode_nbest.py", ["--out", "DIR"])])

@@ -11,7 +11,6 @@ torch.profiler. Run it from the recipe directory (config.yaml's paths are relati
         --data mini/data/train --dtype float32,bfloat16 --threads 2
 """
 import argparse
-import os
 import statistics
 import time
 
@@ -21,6 +20,7 @@ import yaml
 from torch.nn.utils.rnn import pad_sequence
 from torch.profiler import ProfilerActivity, profile
 
+from make_results import read_text
 from slm_lm.errors import InputError, fail
 from slm_lm.precision import DTYPES, autocast
 
@@ -38,18 +38,22 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def load_batches(data, preprocess, batch_utts, n_batches):
-    """[(speech, speech_lengths, text, text_lengths)] from the first utterances of `data`'s wav.scp, the text
-    tokenised by ESPnet's own preprocessor (`preprocess`, as in training)."""
-    texts = dict(line.rstrip("\n").split(" ", 1) for line in open(f"{data}/text", encoding="utf-8"))
-    wavs = [line.split() for line in open(f"{data}/wav.scp", encoding="utf-8")][: batch_utts * n_batches]
-    missing = [key for key, _ in wavs if key not in texts]
+def read_utterances(data, n):
+    """[(uttid, wav path, transcript)] of the first `n` utterances of `data`'s wav.scp."""
+    texts, wavs = read_text(f"{data}/text"), read_text(f"{data}/wav.scp")
+    missing = [key for key in wavs if key not in texts]
     if missing:
         raise InputError(f"{data}/text: no transcript for {missing[0]} (of wav.scp)")
+    return [(key, path, texts[key]) for key, path in list(wavs.items())[:n]]
+
+
+def load_batches(utterances, preprocess, batch_utts):
+    """[(speech, speech_lengths, text, text_lengths)] of `utterances` in batches of `batch_utts`, the text
+    tokenised by ESPnet's own preprocessor (`preprocess`, as in training)."""
     out = []
-    for start in range(0, len(wavs), batch_utts):
-        rows = [preprocess(key, {"speech": sf.read(path, dtype="float32")[0], "text": texts[key]})
-                for key, path in wavs[start:start + batch_utts]]
+    for start in range(0, len(utterances), batch_utts):
+        rows = [preprocess(key, {"speech": sf.read(path, dtype="float32")[0], "text": text})
+                for key, path, text in utterances[start:start + batch_utts]]
         speech = [torch.from_numpy(row["speech"]) for row in rows]
         text = [torch.from_numpy(row["text"]) for row in rows]
         out.append((pad_sequence(speech, batch_first=True), torch.tensor([len(x) for x in speech]),
@@ -66,12 +70,10 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     with open(args.config, encoding="utf-8") as f:
         config = argparse.Namespace(**yaml.safe_load(f))
-    for name in ("text", "wav.scp"):  # bad input fails before ESPnet loads (and prints its warnings)
-        if not os.path.isfile(f"{args.data}/{name}"):
-            raise InputError(f"{args.data}/{name}: not found")
+    utterances = read_utterances(args.data, args.batch_utts * args.batches)  # bad input fails before ESPnet loads
     from espnet2.tasks.asr import ASRTask
 
-    data = load_batches(args.data, ASRTask.build_preprocess_fn(config, train=False), args.batch_utts, args.batches)
+    data = load_batches(utterances, ASRTask.build_preprocess_fn(config, train=False), args.batch_utts)
     torch.manual_seed(0)
     model = ASRTask.build_model(config).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
