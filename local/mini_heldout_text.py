@@ -12,7 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "egs/librispeech_slm/local"))
 from mini_corpus import DEV_BOOKS, TEST_BOOKS, read_bible  # noqa: E402
 
-from slm_lm.errors import InputError  # noqa: E402
+from slm_lm.errors import InputError, fail  # noqa: E402
 from slm_lm.fileio import write_atomic  # noqa: E402
 from slm_lm.text_norm import normalize_librispeech  # noqa: E402
 
@@ -25,7 +25,7 @@ def main(argv=None):
     try:
         verses = read_bible(args.bible)
     except InputError as e:
-        sys.exit(f"error: {e}")
+        fail("mini_heldout_text.py", e)
     lines, counts = [], {}
     for book, chapter, text in verses:
         if book in DEV_BOOKS + TEST_BOOKS:

@@ -36,7 +36,7 @@ def main(argv=None):
         rows = read_curve(Path(run))
         axes[0].plot([r["minutes"] for r in rows], [r["valid_ce"] for r in rows], marker="o", label=label)
         axes[1].plot([r["tokens"] / 1e6 for r in rows], [r["valid_ce"] for r in rows], marker="o", label=label)
-    for ax, xlabel in zip(axes, ("budget minutes (CPU time of one core)", "training tokens seen (millions)")):
+    for ax, xlabel in zip(axes, ("budget minutes (slm-pretrain --clock)", "training tokens seen (millions)")):
         if args.unigram:
             ax.axhline(args.unigram, color="grey", linestyle="--", label="unigram")
         ax.set_xlabel(xlabel)

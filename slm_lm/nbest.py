@@ -115,6 +115,11 @@ def _words(text: str) -> str:
     return " ".join(text.split())
 
 
+def read_table(path: str | Path) -> dict[str, str]:
+    """Read a Kaldi-style ``key value`` file (wav.scp, utt2spk, ...) -> {key: value}; values may be empty."""
+    return {k: v for k, (v, _) in _read_keyed(Path(path)).items()}
+
+
 def read_text(path: str | Path) -> dict[str, str]:
     """Read a Kaldi ``text`` file (``uttid WORDS``) -> {uttid: text}; empty texts are kept."""
     return {k: _words(v) for k, (v, _) in _read_keyed(Path(path)).items()}

@@ -423,8 +423,8 @@ def evaluate(s: ScoredSet, weights: Weights, role: str) -> SetReport:
 def write_1best(s: ScoredSet, weights: Weights, lm_names: list[str], out_dir: str | Path) -> Path:
     """Write the rescored 1-best as ESPnet ``1best_recog/{text,score,scores}`` under ``out_dir``."""
     folder = Path(out_dir) / "1best_recog"
-    chosen = s.choose(weights.lambdas, weights.beta, weights.alphas)
     totals = s.totals(weights.lambdas, weights.beta, weights.alphas)
+    chosen = np.argmax(totals, axis=1)  # as ScoredSet.choose
     text, score, scores = [], [], []
     for u, (uttid, r) in enumerate(zip(s.uttids, chosen)):
         text.append(f"{uttid} {s.texts[u][r]}".rstrip())

@@ -88,7 +88,7 @@ class LocatedScorer:
     def __init__(self, scorer, where: dict[str, str]):
         self.scorer, self.where, self.name = scorer, where, scorer.name
 
-    def score(self, sentences, progress=False):
+    def score(self, sentences):
         try:
             return self.scorer.score(sentences)
         except InputError as e:

@@ -194,7 +194,8 @@ def test_asr_inference_refuses_bidirectional_and_foreign_token_list(asr_exp, tmp
     slm_config = asr_exp / "lm_slm" / "config.yaml"
     with pytest.raises(SystemExit) as info:
         main([*common, "--lm_train_config", str(slm_config), "--lm_file", str(load_lm(asr_exp / "lm_slm")[0])])
-    message = str(info.value.code)
+    message = str(info.value)
+    assert info.value.code == 2
     assert message.startswith(f"slm_lm.bin.asr_inference: error: {slm_config}: the slm_lm 'slm' LM is bidirectional")
     assert "N-best rescoring" in message and "\n" not in message
 
@@ -205,7 +206,7 @@ def test_asr_inference_refuses_bidirectional_and_foreign_token_list(asr_exp, tmp
     with pytest.raises(SystemExit) as info:
         main([*common, "--lm_train_config", str(foreign), "--lm_file", str(load_lm(asr_exp / "lm_clm")[0])])
     n = len(config["token_list"])
-    assert str(info.value.code) == (
+    assert info.value.code == 2 and str(info.value) == (
         f"slm_lm.bin.asr_inference: error: {foreign}: the LM's token list ({n} tokens) is not the ASR model's "
         f"({asr_exp / 'asr' / 'config.yaml'}, {n - 1} tokens) from index {n - 2} on; shallow fusion adds the "
         "scores of equal ids: train the LM with the ASR's --token_list")
@@ -242,7 +243,7 @@ def test_lm_calc_perplexity_explains_a_config_from_before_model_slm_lm(asr_exp, 
     with pytest.raises(SystemExit) as info:
         main(["--train_config", str(old), "--model_file", "x.pth", "--data_path_and_name_and_type",
               f"{asr_exp / 'text'},text,text", "--output_dir", str(tmp_path / "ppl")])
-    assert str(info.value.code) == (
+    assert info.value.code == 2 and str(info.value) == (
         f"slm_lm.bin.lm_calc_perplexity: error: {old}: an slm_lm slm LM with model 'lm' (trained before "
         "slm_lm registered its own model): set 'model: slm_lm' in this file")
 

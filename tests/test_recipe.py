@@ -599,7 +599,7 @@ def test_profile_asr_step_times_dtypes_and_names_operators(micro, tmp_path):
                           timeout=300)
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
-    assert line == f"profile_asr_step.py: error: {tmp_path}/nodata/text: not found", line
+    assert line == f"profile_asr_step.py: error: {tmp_path}/nodata/text: file not found", line
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "text").write_text("u1 HELLO\n")

@@ -1,7 +1,7 @@
 """ESPnet's `espnet2.bin.asr_inference` (same options) with the slm_lm kinds registered first.
 
 The clm kind is a shallow-fusion LM (`--lm_train_config exp/lm_clm/config.yaml --lm_file ... --lm_weight W`).
-Before decoding, the LM is checked: a bidirectional kind (slm, mlm, bilm) belongs to N-best rescoring
+Before decoding, the LM is checked: a bidirectional kind (slm, mlm, bilm, tta) belongs to N-best rescoring
 (`slm-rescore`), and the LM's token list must be the ASR model's (the ids are added in the beam).
 Example:
     python -m slm_lm.bin.asr_inference --asr_train_config exp/asr/config.yaml \
@@ -9,12 +9,11 @@ Example:
         --lm_file exp/lm_clm/valid.loss.ave.pth --lm_weight 0.3 --nbest 10 \
         --data_path_and_name_and_type data/test/wav.scp,speech,sound --output_dir exp/decode/test
 """
-import sys
 from pathlib import Path
 
 import yaml
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
 
 
 def read_config(path) -> dict:
@@ -59,7 +58,7 @@ def main(argv=None):
         try:
             check_fusion_lm(args.lm_train_config, args.asr_train_config)
         except InputError as e:
-            sys.exit(f"slm_lm.bin.asr_inference: error: {e}")
+            fail("slm_lm.bin.asr_inference", e)
     asr_inference.main(argv)
 
 

@@ -1,18 +1,17 @@
 """ESPnet's `espnet2.bin.lm_calc_perplexity` (same options) with the slm_lm kinds registered first.
 
-Per-token perplexity with the end of sentence counted, as ESPnet computes it: exact for slm, clm and
-bilm; for mlm from the pseudo-log-likelihood. Example:
+Per-token perplexity with the end of sentence counted, as ESPnet computes it: exact for slm, clm, bilm
+and tta; for mlm from the pseudo-log-likelihood. Example:
     python -m slm_lm.bin.lm_calc_perplexity --train_config exp/lm_slm/config.yaml \
         --model_file exp/lm_slm/valid.loss.ave.pth --data_path_and_name_and_type data/dev/text,text,text \
         --output_dir exp/lm_slm/perplexity_dev      # writes ppl, base, utt2ppl, utt2ntokens
 """
-import sys
 from pathlib import Path
 
 import yaml
 
 from slm_lm.config import KINDS
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
 
 
 def check_train_config(path) -> None:
@@ -38,7 +37,7 @@ def main(argv=None):
         try:
             check_train_config(args.train_config)
         except InputError as e:
-            sys.exit(f"slm_lm.bin.lm_calc_perplexity: error: {e}")
+            fail("slm_lm.bin.lm_calc_perplexity", e)
     lm_calc_perplexity.main(argv)
 
 

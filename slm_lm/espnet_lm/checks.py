@@ -7,12 +7,13 @@ from dataclasses import fields
 
 from slm_lm.config import SIZES, LMConfig
 from slm_lm.errors import InputError
+from slm_lm.lm_text import read_text_lines
 from slm_lm.tokenizer import MASK, check_token_list
 from slm_lm.tokenizer import read_token_list as read_tokens_file
 
 # Tokens an utterance takes beyond its pieces: <sos/eos> on both sides.
 BOUNDARY_TOKENS = 2
-# The kinds whose models use the <mask> token (the SLM's query stream, the MLM's masked positions).
+# The kinds whose models use the <mask> token (the SLM's query stream, the MLM's masked positions, T-TA's query input).
 MASK_KINDS = ("slm", "mlm", "tta")
 
 
@@ -56,7 +57,7 @@ def lm_config(kind: str, vocab_size: int, lm_conf: dict, where: str) -> LMConfig
 def read_shape_file(path: str, max_tokens: int) -> dict:
     """{utterance id: line number} of an ESPnet shape file (`uttid length[,dim]`), lengths checked."""
     lines = {}
-    for number, line in enumerate(_text_lines(path), 1):
+    for number, line in read_text_lines(path):
         parts = line.split()
         if len(parts) != 2:
             raise InputError(f"{path}:{number}: expected 'utterance_id length', got {line!r}")
@@ -81,7 +82,7 @@ def read_shape_file(path: str, max_tokens: int) -> dict:
 def check_text_file(path: str, needed: dict, shape_path: str) -> None:
     """An ESPnet text file (`uttid text` per line, UTF-8) holding each utterance `needed` exactly once."""
     found = set()
-    for number, line in enumerate(_text_lines(path), 1):
+    for number, line in read_text_lines(path):
         parts = line.split(maxsplit=1)
         if not parts:
             raise InputError(f"{path}:{number}: empty line; expected 'utterance_id text'")
@@ -97,20 +98,6 @@ def check_text_file(path: str, needed: dict, shape_path: str) -> None:
             f"{shape_path}:{needed[missing[0]]}: utterance {missing[0]} is not in {path} "
             f"({len(missing)} utterance(s) missing)"
         )
-
-
-def _text_lines(path: str):
-    """Lines of a UTF-8 text file without line ends; unreadable files and bad bytes raise `InputError`."""
-    try:
-        f = open(path, "rb")
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror}") from None
-    with f:
-        for number, raw in enumerate(f, 1):
-            try:
-                yield raw.decode("utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as e:
-                raise InputError(f"{path}:{number}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
 
 
 def check_data(args: argparse.Namespace, max_tokens: int) -> None:

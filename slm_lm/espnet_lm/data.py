@@ -4,15 +4,14 @@
 counted with the same sentencepiece model ESPnet's preprocessor uses, so no collect-stats pass is needed.
 """
 import argparse
-import os
-import sys
-import tempfile
 from pathlib import Path
 
 import sentencepiece as spm
 from tqdm import tqdm
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, fail
+from slm_lm.fileio import atomic_open
+from slm_lm.lm_text import read_text_lines
 
 
 def write_espnet_text(sentences, out_dir, bpemodel, prefix: str = "utt") -> int:
@@ -28,36 +27,16 @@ def write_espnet_text(sentences, out_dir, bpemodel, prefix: str = "utt") -> int:
         processor = spm.SentencePieceProcessor(model_file=str(bpemodel))
     except (OSError, RuntimeError) as e:
         raise InputError(f"{bpemodel}: cannot load the sentencepiece model: {e}") from None
-    try:
-        source = sentences.open("rb")
-    except OSError as e:
-        raise InputError(f"{sentences}: cannot read: {e.strerror}") from None
-    out_dir.mkdir(parents=True, exist_ok=True)
-    temps = {name: tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=out_dir, prefix=f".{name}.", delete=False)
-             for name in ("text", "text_shape")}
-    try:
-        with source:
-            count = 0
-            for number, raw in enumerate(tqdm(source, desc=f"{sentences.name} -> ESPnet text", unit=" lines"), 1):
-                try:
-                    line = " ".join(raw.decode("utf-8-sig" if number == 1 else "utf-8").split())
-                except UnicodeDecodeError as e:
-                    raise InputError(f"{sentences}:{number}: not valid UTF-8 ({e.reason})") from None
-                if not line:
-                    raise InputError(f"{sentences}:{number}: empty line")
-                uttid = f"{prefix}{number:09d}"
-                temps["text"].write(f"{uttid} {line}\n")
-                temps["text_shape"].write(f"{uttid} {len(processor.encode(line))}\n")
-                count = number
-        for name, f in temps.items():
-            f.close()
-            os.replace(f.name, out_dir / name)
-    except BaseException:
-        for f in temps.values():
-            f.close()
-            if os.path.exists(f.name):
-                os.unlink(f.name)
-        raise
+    count = 0
+    with atomic_open(out_dir / "text") as text, atomic_open(out_dir / "text_shape") as shape:
+        lines = tqdm(read_text_lines(sentences), desc=f"{sentences.name} -> ESPnet text", unit=" lines")
+        for count, line in lines:
+            line = " ".join(line.split())
+            if not line:
+                raise InputError(f"{sentences}:{count}: empty line")
+            uttid = f"{prefix}{count:09d}"
+            text.write(f"{uttid} {line}\n")
+            shape.write(f"{uttid} {len(processor.encode(line))}\n")
     return count
 
 
@@ -72,7 +51,7 @@ def main(argv=None):
     try:
         n = write_espnet_text(args.sentences, args.out_dir, args.bpemodel, args.prefix)
     except InputError as e:
-        sys.exit(f"slm_lm.espnet_lm.data: error: {e}")
+        fail("slm_lm.espnet_lm.data", e)
     print(f"{n} utterances -> {args.out_dir}/text, {args.out_dir}/text_shape")
 
 

@@ -31,7 +31,7 @@ class SlmESPnetLanguageModel(ESPnetLanguageModel):
 
     An `ESPnetLanguageModel` (ESPnet's LM task builds it from `model: slm_lm` in config.yaml, with the
     LM as `self.lm`, so parameter names are `lm.backbone.*`) whose `nll` is the kind's sentence score:
-    exact for slm/clm/bilm, the pseudo-log-likelihood for mlm. `lm_calc_perplexity` uses it.
+    exact for slm/clm/bilm/tta, the pseudo-log-likelihood for mlm. `lm_calc_perplexity` uses it.
 
     `autocast` (`model_conf: {autocast: bfloat16}`) runs the training/validation loss under
     `torch.autocast` on the batch's device, CPU included (ESPnet's `use_amp` autocasts CUDA only); the

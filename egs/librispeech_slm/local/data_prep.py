@@ -9,13 +9,11 @@ writes `wav.scp` (uttid path.flac, read by ESPnet with soundfile), `text`, `utt2
 file its transcript; otherwise an InputError names the file and line.
 """
 import argparse
-import os
 from collections import defaultdict
 from pathlib import Path
 
-from kaldiio.utils import open_like_kaldi
-
 from slm_lm.errors import InputError, fail
+from slm_lm.fileio import atomic_open
 
 
 def read_subset(subset_dir):
@@ -48,12 +46,10 @@ def read_subset(subset_dir):
 
 
 def write_table(path, rows):
-    """Write `key value` lines atomically (kaldiio's opener, temp file + rename)."""
-    tmp = f"{path}.tmp"
-    with open_like_kaldi(tmp, "w") as f:
+    """Write `key value` lines atomically (temp file + rename)."""
+    with atomic_open(path) as f:
         for key, value in rows:
             f.write(f"{key} {value}\n")
-    os.replace(tmp, path)
 
 
 def main(argv=None):

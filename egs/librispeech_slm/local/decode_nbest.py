@@ -32,22 +32,9 @@ from tqdm import tqdm
 
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
+from slm_lm.nbest import read_table
 
 LAYOUT = ("text", "token", "token_int", "score", "scores")
-
-
-def read_table(path):
-    """Read a Kaldi `key value` file (value may be empty) into an ordered dict."""
-    rows = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            key, _, value = line.rstrip("\n").partition(" ")
-            if not key:
-                raise InputError(f"{path}, line {lineno}: empty line")
-            if key in rows:
-                raise InputError(f"{path}, line {lineno}: duplicate key {key}")
-            rows[key] = value.strip()
-    return rows
 
 
 def read_partial(path):

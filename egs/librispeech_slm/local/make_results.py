@@ -18,27 +18,9 @@ import jiwer
 
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
+from slm_lm.nbest import read_espnet_nbest, read_text
+from slm_lm.rescore import am_score, parse_am_weights, word_errors
 from slm_lm.significance import paired_bootstrap
-
-
-def read_text(path):
-    """Kaldi text -> {uttid: words}; a missing file names the stage that makes it."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: not found")
-    rows = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            uttid, _, text = line.rstrip("\n").partition(" ")
-            if not uttid:
-                raise InputError(f"{path}, line {lineno}: empty line")
-            rows[uttid] = " ".join(text.split())
-    return rows
-
-
-def read_scores(path):
-    """`uttid float` lines (ESPnet's score file)."""
-    return {k: float(v.replace("tensor(", "").rstrip(")")) for k, v in read_text(path).items()}
 
 
 def align(refs, hyps, where):
@@ -85,39 +67,18 @@ def gain_rows(name, rows):
     return out
 
 
-def oracle_hyps(decode_set, refs, nbest):
-    """Per utterance the hypothesis with the fewest word errors among ranks 1..nbest."""
-    best = {}
-    for k in range(1, nbest + 1):
-        path = decode_set / f"{k}best_recog" / "text"
-        if not path.exists():
-            break
-        for uttid, hyp in read_text(path).items():
-            errors = jiwer.process_words(refs[uttid], hyp if hyp else "")
-            e = errors.substitutions + errors.deletions + errors.insertions
-            if uttid not in best or e < best[uttid][0]:
-                best[uttid] = (e, hyp)
-    return {u: h for u, (e, h) in best.items()}
+def oracle_hyps(nbest_lists, refs):
+    """Per utterance the hypothesis with the fewest word errors (ties go to the better rank)."""
+    out = {}
+    for uttid, hyps in nbest_lists.items():
+        errors = word_errors([refs[uttid]] * len(hyps), [h.text for h in hyps])
+        out[uttid] = hyps[int(errors.argmin())].text
+    return out
 
 
-def am_only_hyps(decode_set, weights, nbest):
+def am_only_hyps(nbest_lists, weights):
     """1-best under the AM score `sum_k w_k * scores[k]` (the rescoring baseline, lambda = 0)."""
-    best = {}
-    for k in range(1, nbest + 1):
-        d = decode_set / f"{k}best_recog"
-        if not d.exists():
-            break
-        texts = read_text(d / "text")
-        for lineno, line in enumerate(open(d / "scores", encoding="utf-8"), 1):
-            uttid, _, js = line.rstrip("\n").partition(" ")
-            try:
-                parts = {n: float(str(v).replace("tensor(", "").rstrip(")")) for n, v in json.loads(js).items()}
-                score = sum(w * parts[n] for n, w in weights.items())
-            except (ValueError, KeyError) as e:
-                raise InputError(f"{d / 'scores'}, line {lineno}: {e}") from None
-            if uttid not in best or score > best[uttid][0]:
-                best[uttid] = (score, texts[uttid])
-    return {u: t for u, (s, t) in best.items()}
+    return {uttid: max(hyps, key=lambda h: am_score(h, weights)).text for uttid, hyps in nbest_lists.items()}
 
 
 def table(title, rows):
@@ -142,10 +103,7 @@ def main(argv=None):
     p.add_argument("--title", default="")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    try:
-        weights = {k: float(v) for k, v in (x.split("=") for x in args.am_weights.split(","))}
-    except ValueError:
-        raise InputError(f"--am-weights {args.am_weights!r}: expected name=weight,...") from None
+    weights = parse_am_weights(args.am_weights)
     decode_dir, sets = Path(args.decode_dir), args.sets.split()
     systems = {"baseline (AM only)": {}, **{f"rescored, {r.split('=')[0]}": {} for r in args.rescored},
                f"oracle ({args.nbest}-best)": {}}
@@ -156,7 +114,8 @@ def main(argv=None):
     for s in sets:
         refs = read_text(Path(args.data) / s / "text")
         d = decode_dir / s
-        base = align(refs, am_only_hyps(d, weights, args.nbest), d)
+        nbest_lists = read_espnet_nbest(d, args.nbest)
+        base = align(refs, am_only_hyps(nbest_lists, weights), d)
         systems["baseline (AM only)"][s] = counts(base)
         errors["baseline", s] = utterance_errors(base)
         for spec in args.rescored:
@@ -166,7 +125,7 @@ def main(argv=None):
             errors[name, s] = utterance_errors(rescored)
             tuning = json.loads((Path(rdir) / "tuning.json").read_text(encoding="utf-8"))
             lambdas[name] = tuning["best"]
-        systems[f"oracle ({args.nbest}-best)"][s] = counts(align(refs, oracle_hyps(d, refs, args.nbest), d))
+        systems[f"oracle ({args.nbest}-best)"][s] = counts(align(refs, oracle_hyps(nbest_lists, refs), d))
 
     import torch
     try:

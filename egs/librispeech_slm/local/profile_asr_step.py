@@ -20,8 +20,8 @@ import yaml
 from torch.nn.utils.rnn import pad_sequence
 from torch.profiler import ProfilerActivity, profile
 
-from make_results import read_text
 from slm_lm.errors import InputError, fail
+from slm_lm.nbest import read_text
 from slm_lm.precision import DTYPES, autocast
 
 

@@ -8,10 +8,11 @@ and ``<dir>/score_wer/result.txt``, the WER summary (ESPnet's columns, jiwer ali
 import argparse
 from pathlib import Path
 
-from make_results import align, counts, read_text, table
+from make_results import align, counts, table
 
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
+from slm_lm.nbest import read_text
 
 
 def trn(rows, spk):

@@ -15,9 +15,9 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from data_prep import write_table
-from decode_nbest import read_table
 
 from slm_lm.errors import InputError, fail
+from slm_lm.nbest import read_table
 
 
 def perturb_one(job):
