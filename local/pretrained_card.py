@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from slm_lm import pretrained  # noqa: E402
 from slm_lm.blimp import evaluate as blimp_evaluate, load_blimp  # noqa: E402
-from slm_lm.fileio import write_atomic  # noqa: E402
+from slm_lm.fileio import replace_dir, write_atomic  # noqa: E402
 from slm_lm.nbest import NbestSet, load_nbest  # noqa: E402
 from slm_lm.rescore import Weights, build_scored_set, evaluate  # noqa: E402
 from slm_lm.score_cache import lm_scores  # noqa: E402
@@ -89,7 +89,10 @@ def card_markdown(name: str, card: dict) -> str:
         f"| tokens seen | {t['tokens_seen']:,} ({t['epochs']:.3f} epochs) in {t['updates']:,} updates of {t['batch_tokens']} padded tokens |",
         f"| compute | {t['spent_minutes']:.1f} minutes of {t['clock']} time, {t['threads']} thread(s), {t['device']} ({card['machine']}) |",
         f"| schedule | AdamW (0.9, 0.98, eps 1e-6, wd 0.01), peak lr {t['peak_lr']:g}, linear warm-up over {t['warmup']:.0%} of the budget, linear decay to 0 |",
-        f"| held-out CE | {t['valid_ce']:.3f} nats/token on the first {t['valid_sentences']} sentences of valid.txt |",
+        f"| held-out CE | {t['valid_ce']:.3f} nats/token on the first {t['valid_sentences']} sentences of valid.txt"
+        + (" (whole words: each piece without the later pieces of its word) |" if t.get("whole_words") else " |"),
+        *(["| scoring | whole words (PLL-word-l2r), as trained; `whole_words=False` scores pieces |"]
+          if t.get("whole_words") else []),
         f"| BLiMP (all {b['pairs']:,} pairs) | {b['overall']:.1f} % |",
     ]
     for r in card["rescoring"]:
@@ -159,10 +162,7 @@ def make(args) -> None:
     write_atomic(tmp / "README.md", card_markdown(args.name, card))
     for path in tmp.iterdir():
         path.chmod(0o644)  # readable by every user of an installed package (temp files are 0600)
-    tmp.chmod(0o755)
-    if dest.exists():
-        shutil.rmtree(dest)
-    tmp.rename(dest)
+    replace_dir(tmp, dest, stale={p.name for p in dest.iterdir()} if dest.exists() else ())
     print(f"wrote {dest}: {json.dumps(card['check'])}")
 
 

@@ -65,7 +65,7 @@ class TransformerLayer(nn.Module):
         return self._heads(F.linear(x, w, b))
 
     def project_key_value(self, x: torch.Tensor):
-        """Keys and values only (T-TA: its keys and values come from the input embeddings)."""
+        """Keys and values only (T-TA's input embeddings; the SLM's content streams in its last layer)."""
         w, b = self.qkv.weight[self.d_model :], self.qkv.bias[self.d_model :]
         return [self._heads(part) for part in F.linear(x, w, b).split(self.d_model, dim=-1)]
 
@@ -126,13 +126,15 @@ def valid_mask(lengths: torch.Tensor, length: int) -> torch.Tensor:
     return torch.arange(length, device=lengths.device)[None, :] < lengths[:, None]
 
 
-def sliding_masks(lengths: torch.Tensor, length: int):
+def sliding_masks(lengths: torch.Tensor, length: int, word_starts=None):
     """Masks of the triple-stream attention.
 
     Returns (content [2B, 1, T, T], query [B, 1, T, 2T]). Content rows 0..B-1 are the forward stream
     (j <= i), rows B..2B-1 the backward stream (j >= i); padded keys are blocked and a padded query row
     may attend to itself so that no row is empty. The query stream attends the forward half for j < i
-    and the backward half for j > i: it never sees x_i.
+    and the backward half for j > i: it never sees x_i. With `word_starts` [B, T] (True where a word
+    begins) the backward half is further limited to the words after x_i's word: x_i is then predicted
+    from x_<i and the whole words to its right, never from the rest of its own word.
     """
     valid = valid_mask(lengths, length)[:, None, :]  # [B, 1, T] keys
     i = torch.arange(length, device=lengths.device)
@@ -142,18 +144,41 @@ def sliding_masks(lengths: torch.Tensor, length: int):
     forward = (before | eye) & valid
     backward = ((after | eye) & valid) | eye
     content = torch.cat([forward, backward])[:, None]
-    query = torch.cat([before & valid, after & valid], dim=-1)[:, None]
+    right = after & valid
+    if word_starts is not None:
+        right = right & ~rest_of_word(word_starts)
+    query = torch.cat([(before & valid).expand_as(right), right], dim=-1)[:, None]
     return content, query
 
 
-def self_blind_mask(lengths: torch.Tensor, length: int) -> torch.Tensor:
-    """[B, 1, T, T] T-TA attention mask: query i may attend key j iff j is a real position and j != i.
+def rest_of_word(word_starts: torch.Tensor) -> torch.Tensor:
+    """[B, T, T] True at (i, j) where j > i lies in the same word as i (`word_starts` [B, T]: True where
+    a word begins): the pieces that whole-word scoring hides from position i."""
+    word = word_starts.long().cumsum(dim=1)  # [B, T] word index of each position
+    i = torch.arange(word.shape[1], device=word.device)
+    return (word[:, None, :] == word[:, :, None]) & (i[None, :] > i[:, None])
+
+
+def next_word_start(word_starts: torch.Tensor) -> torch.Tensor:
+    """[B, T] position of the next word's start after i (the first word start at j > i; T if none)."""
+    t = word_starts.shape[1]
+    starts = torch.where(word_starts, torch.arange(t, device=word_starts.device), t)
+    later = torch.cat([starts[:, 1:], starts.new_full((len(starts), 1), t)], dim=1)  # row i: start at i+1
+    return later.flip(1).cummin(dim=1).values.flip(1)
+
+
+def self_blind_mask(lengths: torch.Tensor, length: int, word_starts=None) -> torch.Tensor:
+    """[B, 1, T, T] T-TA attention mask: query i may attend key j iff j is a real position and j != i
+    (and, with `word_starts`, j is not a later piece of i's word: see :func:`rest_of_word`).
 
     No row is empty: every sentence has at least two real positions (<s> and </s>).
     """
     valid = valid_mask(lengths, length)[:, None, None, :]
     eye = torch.eye(length, dtype=torch.bool, device=lengths.device)
-    return valid & ~eye
+    mask = valid & ~eye
+    if word_starts is not None:
+        mask = mask & ~rest_of_word(word_starts)[:, None]
+    return mask
 
 
 def check_batch(tokens: torch.Tensor, lengths: torch.Tensor, max_positions: int) -> None:

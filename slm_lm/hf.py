@@ -23,6 +23,7 @@ from tqdm import tqdm
 from slm_lm.errors import InputError
 from slm_lm.model_files import read_json
 from slm_lm.precision import autocast, resolve_dtype
+from slm_lm.scorer import fingerprint, length_batches, tokenizer_digest
 
 CASES = ("as-is", "lower", "sentence")
 CASE_FILE = "slm_hf_tokenizer.json"
@@ -155,8 +156,6 @@ class HFScorer:
     def name(self) -> str:
         """Identifies the weights and scoring options (cache key)."""
         if self._name is None:
-            from slm_lm.scorer import fingerprint, tokenizer_digest
-
             options = f"{self.unknown}{self.truncate}dtype={self.dtype}tok={tokenizer_digest(self.tokenizer)}"
             self._name = f"{self.kind}-{fingerprint(self.model, options)}"
         return self._name
@@ -192,27 +191,24 @@ class HFScorer:
             logits = self.model(input_ids=ids.to(self.device), attention_mask=attention.to(self.device)).logits
         return logits.float()
 
-    def _chunks(self, lengths: list):
-        """Index lists (longest first) with at most `max_tokens` padded tokens each."""
-        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-        chunk = []
-        for i in order:
-            if chunk and (len(chunk) + 1) * lengths[chunk[0]] > self.max_tokens:
-                yield chunk
-                chunk = []
-            chunk.append(i)
-        if chunk:
-            yield chunk
+    @torch.inference_mode()
+    def logprobs(self, sentences: list, progress: bool = False) -> list:
+        """Per sentence, a float tensor of the log-probs of its scored tokens."""
+        return self._logprobs(self.encode(list(sentences)), progress)
+
+    def _logprobs(self, encoded: list, progress: bool) -> list:
+        raise NotImplementedError
 
     def score(self, sentences: list, progress: bool = False) -> list:
         """Sum of the scored token log-probs per sentence, in input order."""
         return [float(row.double().sum()) for row in self.logprobs(sentences, progress)]
 
+    @torch.inference_mode()
     def token_scores(self, sentences: list, progress: bool = False) -> list:
         """Per sentence, [(piece, log-prob), ...] for the scored tokens."""
-        rows = self.logprobs(sentences, progress)
+        encoded = self.encode(list(sentences))
         out = []
-        for ids, row in zip(self.encode(sentences), rows):
+        for ids, row in zip(encoded, self._logprobs(encoded, progress)):
             pieces = [self.tokenizer.id_to_piece(t) for t in ids[1:-1]]
             if len(row) == len(pieces) + 1:
                 pieces.append("</s>")
@@ -225,13 +221,11 @@ class HFCausalScorer(HFScorer):
 
     kind = "hf-causal"
 
-    @torch.inference_mode()
-    def logprobs(self, sentences: list, progress: bool = False) -> list:
+    def _logprobs(self, encoded: list, progress: bool) -> list:
         """Per sentence, a float tensor of the log-probs of its pieces followed by the end of sentence."""
-        encoded = self.encode(list(sentences))
         results = [None] * len(encoded)
         with tqdm(total=len(encoded), desc="scoring", unit="sent", disable=not progress) as bar:
-            for chunk in self._chunks([len(e) for e in encoded]):
+            for chunk in length_batches([len(e) for e in encoded], self.max_tokens):
                 logits = self._forward([encoded[i] for i in chunk])
                 logprobs = torch.log_softmax(logits[:, :-1], dim=-1).cpu()
                 for row, i in enumerate(chunk):
@@ -254,14 +248,12 @@ class HFMaskedScorer(HFScorer):
             raise InputError("the tokenizer has no mask token: not a masked LM")
         super().__init__(model, tokenizer, **options)
 
-    @torch.inference_mode()
-    def logprobs(self, sentences: list, progress: bool = False) -> list:
+    def _logprobs(self, encoded: list, progress: bool) -> list:
         """Per sentence, a float tensor of the PLL terms of its pieces (no [CLS]/[SEP])."""
-        encoded = self.encode(list(sentences))
         items = [(i, p) for i, ids in enumerate(encoded) for p in range(1, len(ids) - 1)]
         results = [torch.zeros(len(ids) - 2) for ids in encoded]
         with tqdm(total=len(items), desc="scoring (PLL)", unit="token", disable=not progress) as bar:
-            for chunk in self._chunks([len(encoded[i]) for i, _ in items]):
+            for chunk in length_batches([len(encoded[i]) for i, _ in items], self.max_tokens):
                 copies = []
                 for j in chunk:
                     i, p = items[j]
@@ -290,6 +282,8 @@ def load_hf_scorer(kind: str, path, case: str = "as-is", **options):
     """
     if options.pop("normalize", False):
         raise InputError(f"{kind}:{path}: Hugging Face scorers do not normalise text (use case=... instead)")
+    if options.pop("whole_words", False):
+        raise InputError(f"{kind}:{path}: whole-word scoring needs an slm_lm model with its sentencepiece tokenizer")
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 

@@ -17,6 +17,8 @@ from slm_lm.backbone import (
     TransformerLayer,
     check_batch,
     init_weights,
+    next_word_start,
+    rest_of_word,
     self_blind_mask,
     sliding_masks,
     valid_mask,
@@ -47,23 +49,28 @@ class LanguageModel(nn.Module):
         self.layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.n_layers))
         self.head = LMHead(cfg, self.embed.tokens)
 
-    def token_logprobs(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """log P(x_i | the context this kind allows) at positions 1..length-1, 0 elsewhere: [B, T]."""
+    def token_logprobs(self, tokens: torch.Tensor, lengths: torch.Tensor, word_starts=None) -> torch.Tensor:
+        """log P(x_i | the context this kind allows) at positions 1..length-1, 0 elsewhere: [B, T].
+
+        `word_starts` [B, T] (True where a word begins) hides the rest of x_i's own word from its right
+        context: each word is then scored left to right given the whole words around it.
+        """
         check_batch(tokens, lengths, self.config.max_positions)
         mask = scored_mask(lengths, tokens.shape[1])
-        logprobs = self._scored_logprobs(tokens, lengths, mask)
+        logprobs = self._scored_logprobs(tokens, lengths, mask, word_starts)
         out = logprobs.new_zeros(tokens.shape)
         out[mask] = logprobs
         return out
 
-    def loss(self, tokens: torch.Tensor, lengths: torch.Tensor):
-        """(summed cross-entropy of this kind's training objective, number of predicted tokens)."""
+    def loss(self, tokens: torch.Tensor, lengths: torch.Tensor, word_starts=None):
+        """(summed cross-entropy of this kind's training objective, number of predicted tokens); with
+        `word_starts`, the objective of whole-word scoring (see `token_logprobs`)."""
         check_batch(tokens, lengths, self.config.max_positions)
         mask = scored_mask(lengths, tokens.shape[1])
-        logprobs = self._scored_logprobs(tokens, lengths, mask)
+        logprobs = self._scored_logprobs(tokens, lengths, mask, word_starts)
         return -logprobs.sum(), int(mask.sum())
 
-    def _scored_logprobs(self, tokens, lengths, mask) -> torch.Tensor:
+    def _scored_logprobs(self, tokens, lengths, mask, word_starts) -> torch.Tensor:
         """Log-probs of tokens[mask], in row-major order of `mask`."""
         raise NotImplementedError
 
@@ -71,30 +78,33 @@ class LanguageModel(nn.Module):
 class SlidingLM(LanguageModel):
     """Transcormer: triple-stream self-attention; query i sees forward states j < i and backward j > i."""
 
-    def _streams(self, tokens, lengths):
+    def _streams(self, tokens, lengths, word_starts=None):
         """(content streams read by the last layer [2B, T, d], final query stream [B, T, d])."""
         b, t = tokens.shape
-        content_mask, query_mask = sliding_masks(lengths, t)
+        content_mask, query_mask = sliding_masks(lengths, t, word_starts)
         content = self.embed(tokens).repeat(2, 1, 1)  # [forward stream; backward stream]: [2B, T, d]
         q = self.embed.query_stream(self.config.mask_id, b, t, tokens.device)
         last = len(self.layers) - 1
         for depth, layer in enumerate(self.layers):
-            qc, kc, vc = layer.project(content)
+            if depth == last:  # the final content streams are discarded: only their keys and values are read
+                kc, vc = layer.project_key_value(content)
+            else:
+                qc, kc, vc = layer.project(content)
             keys = torch.cat([kc[:b], kc[b:]], dim=2)  # [B, H, 2T, d]: forward half, backward half
             values = torch.cat([vc[:b], vc[b:]], dim=2)
             query = layer.attend(layer.project_query(q), keys, values, mask=query_mask)
-            if depth == last:  # the final content streams are discarded: update the query stream only
+            if depth == last:
                 return content, layer.finish(q, query)
             attended = torch.cat([layer.attend(qc, kc, vc, mask=content_mask), query])
             content, q = layer.finish(torch.cat([content, q]), attended).split([2 * b, b])
 
-    def _scored_logprobs(self, tokens, lengths, mask):
-        _, q = self._streams(tokens, lengths)
+    def _scored_logprobs(self, tokens, lengths, mask, word_starts):
+        _, q = self._streams(tokens, lengths, word_starts)
         return gather_logprobs(self.head(q[mask]), tokens[mask])
 
-    def loss(self, tokens: torch.Tensor, lengths: torch.Tensor, content_weight: float = 0.0,
+    def loss(self, tokens: torch.Tensor, lengths: torch.Tensor, word_starts=None, content_weight: float = 0.0,
              content_sample: float = 1.0):
-        """The query stream's summed CE and its token count, as every kind.
+        """The query stream's summed CE and its token count, as every kind (`word_starts`: whole words).
 
         With `content_weight` w > 0 (a training option, not in the paper), w times the CE of the content
         streams the last layer reads is added: the forward state at i-1 predicts x_i (as a CLM) and the
@@ -105,7 +115,7 @@ class SlidingLM(LanguageModel):
         check_batch(tokens, lengths, self.config.max_positions)
         b, t = tokens.shape
         mask = scored_mask(lengths, t)
-        content, q = self._streams(tokens, lengths)
+        content, q = self._streams(tokens, lengths, word_starts)
         total, count = -gather_logprobs(self.head(q[mask]), tokens[mask]).sum(), int(mask.sum())
         if content_weight > 0:
             left = F.pad(content[:b], (0, 0, 1, 0))[:, :t]  # row i: the forward state at i-1
@@ -123,7 +133,8 @@ class SlidingLM(LanguageModel):
 class CausalLM(LanguageModel):
     """GPT-style: log P(x_i | x_<i), read from the state at i-1."""
 
-    def _scored_logprobs(self, tokens, lengths, mask):
+    def _scored_logprobs(self, tokens, lengths, mask, word_starts):
+        # word_starts changes nothing: the left context never holds the rest of x_i's word.
         h = self.embed(tokens)
         for layer in self.layers:
             # Right padding: real rows never see padded keys under the causal mask.
@@ -170,7 +181,7 @@ class MaskedLM(LanguageModel):
             positions = positions[torch.randperm(n, generator=generator)] if n_groups > 1 else positions
         return [g for g in positions.tensor_split(n_groups) if len(g)]
 
-    def _scored_logprobs(self, tokens, lengths, mask):
+    def _scored_logprobs(self, tokens, lengths, mask, word_starts):
         t = tokens.shape[1]
         rows, masks = [], []
         for row, length in enumerate(lengths.tolist()):
@@ -181,11 +192,15 @@ class MaskedLM(LanguageModel):
                 masks.append(m)
         rows = torch.tensor(rows, device=tokens.device)
         masks = torch.stack(masks).to(tokens.device)
+        hidden = rest_of_word(word_starts) if word_starts is not None else None
         out = None
         chunk = max(1, self.max_tokens // t)
         for start in range(0, len(rows), chunk):
             r, m = rows[start : start + chunk], masks[start : start + chunk]
-            copies = tokens[r].masked_fill(m, self.config.mask_id)
+            masked = m
+            if hidden is not None:  # PLL-word-l2r: also mask the later pieces of each predicted word
+                masked = m | (m[:, :, None] & hidden[r]).any(dim=1)
+            copies = tokens[r].masked_fill(masked, self.config.mask_id)
             h = self.encode(copies, lengths[r])
             logprobs = gather_logprobs(self.head(h[m]), tokens[r][m])
             if out is None:
@@ -193,8 +208,10 @@ class MaskedLM(LanguageModel):
             out[r[:, None].expand_as(m)[m], m.nonzero()[:, 1]] = logprobs
         return out[mask]
 
-    def loss(self, tokens: torch.Tensor, lengths: torch.Tensor):
+    def loss(self, tokens: torch.Tensor, lengths: torch.Tensor, word_starts=None):
         """BERT objective: 15% of positions 1..length-1 (at least one per row), 80/10/10 corruption."""
+        if word_starts is not None:
+            raise ValueError("whole-word training is not implemented for the masked LM")
         check_batch(tokens, lengths, self.config.max_positions)
         scored = scored_mask(lengths, tokens.shape[1])
         noise = torch.rand(tokens.shape, device=tokens.device).masked_fill(~scored, 2.0)
@@ -227,7 +244,7 @@ class BiLM(LanguageModel):
         self.join = nn.Linear(2 * cfg.d_model, cfg.d_model)
         self.empty_context = nn.Parameter(torch.zeros(cfg.d_model))
 
-    def _scored_logprobs(self, tokens, lengths, mask):
+    def _scored_logprobs(self, tokens, lengths, mask, word_starts):
         t = tokens.shape[1]
         x = self.embed(tokens)
         f = x
@@ -241,8 +258,13 @@ class BiLM(LanguageModel):
         # Row i of `left` is the forward state at i-1; row i of `right` the backward state at i+1,
         # or the empty-context vector where i+1 is past the sentence (the final </s>).
         left = F.pad(f, (0, 0, 1, 0))[:, :t]
-        right = F.pad(bw, (0, 0, 0, 1))[:, 1:]
-        has_right = valid_mask(lengths - 1, t)
+        if word_starts is None:
+            right = F.pad(bw, (0, 0, 0, 1))[:, 1:]
+            has_right = valid_mask(lengths - 1, t)
+        else:  # the backward state at the next word's start: the rest of x_i's word stays unseen
+            after = next_word_start(word_starts)
+            has_right = after < lengths[:, None]
+            right = F.pad(bw, (0, 0, 0, 1)).gather(1, after[..., None].expand(-1, -1, bw.shape[-1]))
         right = torch.where(has_right[..., None], right, self.empty_context.to(bw.dtype))
         joined = self.join(torch.cat([left[mask], right[mask]], dim=-1))
         return gather_logprobs(self.head(joined), tokens[mask])
@@ -264,11 +286,11 @@ class TextAutoencoderLM(LanguageModel):
     exactly the parameters of an SLM or MLM of the same size.
     """
 
-    def _scored_logprobs(self, tokens, lengths, mask):
+    def _scored_logprobs(self, tokens, lengths, mask, word_starts):
         b, t = tokens.shape
         inputs = self.embed(tokens)
         q = self.embed.query_stream(self.config.mask_id, b, t, tokens.device)
-        blind = self_blind_mask(lengths, t)
+        blind = self_blind_mask(lengths, t, word_starts)
         for layer in self.layers:
             keys, values = layer.project_key_value(inputs)
             q = layer.finish(q, layer.attend(layer.project_query(q), keys, values, mask=blind))

@@ -11,7 +11,6 @@ by 0 (`<blank>`, never a piece), as little-endian uint16, lzma-compressed: `NAME
 """
 import json
 import lzma
-import math
 import os
 import random
 import time
@@ -118,35 +117,40 @@ def learning_rate(peak: float, fraction: float, warmup: float) -> float:
 
 
 @torch.no_grad()
-def evaluate(model, sentences, sos_eos, max_tokens, device, dtype) -> float:
-    """Cross-entropy (nats per scored token) of the model's training objective on `sentences`."""
+def evaluate(model, sentences, sos_eos, max_tokens, device, dtype, word_table=None) -> float:
+    """Cross-entropy (nats per scored token) of the model's training objective on `sentences`
+    (`word_table`: per token id, whether it begins a word, for the whole-word objective)."""
     model.eval()
     total, count = 0.0, 0
     lengths = [len(s) + 2 for s in sentences]
     for index in batches(lengths, max_tokens, random.Random(0)):
         tokens, lens = collate(sentences, index, sos_eos, model.config.max_positions)
+        words = None if word_table is None else word_table[tokens].to(device)
         with autocast(device, dtype):
-            loss, n = model.loss(tokens.to(device), lens.to(device))
+            loss, n = model.loss(tokens.to(device), lens.to(device), words)
         total += float(loss)
         count += n
     model.train()
     return total / max(1, count)
 
 
-def export(model, tokenizer: Tokenizer, directory, card: dict) -> None:
-    """Write a scoring-ready directory: fp16 `model.safetensors`, config.json, tokenizer, training.json."""
-    from safetensors.torch import save_file
+def export(model, tokenizer: Tokenizer, directory, card: dict, whole_words: bool = False) -> None:
+    """Write a scoring-ready directory: fp16 `model.safetensors`, config.json, tokenizer, training.json.
+    A model trained on whole words is scored on whole words by default (config.json's scorer section)."""
+    from safetensors.torch import save
+
+    from slm_lm.scorer import CONFIG_FILE, SAFETENSORS_FILE
 
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     # The head's projection is tied to the token embedding: store it once.
     state = {k: v.detach().to("cpu", torch.float16).contiguous() for k, v in model.state_dict().items()
              if k != "head.embedding.weight"}
-    tmp = directory / ".model.safetensors.tmp"
-    save_file(state, str(tmp), metadata={KIND_KEY: model.config.kind})
-    os.replace(tmp, directory / "model.safetensors")
+    write_atomic(directory / SAFETENSORS_FILE, save(state, metadata={KIND_KEY: model.config.kind}))
     tokenizer.save(directory)
-    write_atomic(directory / "config.json", json.dumps({"model": model.config.to_dict(), "scorer": {"normalize": True}}, indent=2))
+    config = {"model": model.config.to_dict(), "scorer": {"normalize": True}}
+    if whole_words:
+        config["scorer"]["whole_words"] = True
+    write_atomic(directory / CONFIG_FILE, json.dumps(config, indent=2))
     write_atomic(directory / "training.json", json.dumps(card, indent=2))
 
 
@@ -211,12 +215,14 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
              warmup: float = 0.05, batch_tokens: int = 4096, device: str = "cpu", dtype: str = "float32",
              valid_every_min: float = 10.0, valid_sentences: int = 0, clock: str = "wall",
              deadline_min: float = 0.0, seed: int = 0, threads: int = 0, content_loss: float = 0.0,
-             content_sample: float = 1.0, init: str = "") -> dict:
+             content_sample: float = 1.0, init: str = "", whole_words: bool = False) -> dict:
     """Train `kind` on `data_dir`/{train,valid}.ids.xz for `minutes` of `clock` time; resumable.
 
     `content_loss` (SLM only) is the weight of the content streams' neighbour-prediction loss, taken at
     a `content_sample` share of positions (`SlidingLM.loss`); validation reports the query stream's CE.
     `init` starts a new run from a saved model's weights (see `initialise`); a resumed run ignores it.
+    `whole_words` trains (and validates) the objective of whole-word scoring: each piece predicted without
+    the later pieces of its own word (`LanguageModel.token_logprobs`); the model is then scored that way.
     `dtype` is the autocast dtype, or auto (`slm_lm.precision.resolve_dtype`); the card records the resolved one.
 
     Writes `out_dir`/checkpoint.pt (resume), curve.tsv (budget minutes, updates, tokens, train and
@@ -234,6 +240,7 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
     dev = torch.device(device)
     dtype = resolve_dtype(dtype, dev)
     tokenizer = Tokenizer.from_dir(data_dir)
+    word_table = torch.tensor(tokenizer.word_start_ids()) if whole_words else None
     train, valid = load_corpus(data_dir / "train.ids.xz"), load_corpus(data_dir / "valid.ids.xz")
     if valid_sentences:
         valid = valid[:valid_sentences]
@@ -266,6 +273,8 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
     card.update(loss_options)
     if init:
         card["init"] = init
+    if whole_words:
+        card["whole_words"] = True
     running, running_n = 0.0, 0
     bar = tqdm(total=round(budget.seconds), desc=f"{kind} ({clock} s)", unit="s", mininterval=30)
     model.train()
@@ -274,7 +283,7 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
         while state["position"] < len(order):
             fraction = budget.fraction
             if fraction >= 1.0 or budget.spent >= state["next_valid"]:
-                valid_ce = evaluate(model, valid, tokenizer.eos_id, batch_tokens, dev, dtype)
+                valid_ce = evaluate(model, valid, tokenizer.eos_id, batch_tokens, dev, dtype, word_table)
                 train_ce = running / running_n if running_n else float("nan")
                 running, running_n = 0.0, 0
                 state["spent"] = budget.spent
@@ -285,7 +294,7 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
                 card.update(updates=state["updates"], tokens_seen=state["tokens"], spent_minutes=budget.spent / 60,
                             epochs=state["tokens"] / card["train_tokens_per_epoch"], valid_ce=valid_ce,
                             lr=optimizer.param_groups[0]["lr"])
-                export(model, tokenizer, out_dir / "model", card)
+                export(model, tokenizer, out_dir / "model", card, whole_words)
                 with atomic_open(checkpoint, "wb") as handle:
                     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state}, handle)
                 if fraction >= 1.0:
@@ -295,8 +304,9 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(peak_lr, budget.share, warmup)
             tokens, lens = collate(train, order[state["position"]], tokenizer.eos_id, cfg.max_positions)
+            words = None if word_table is None else word_table[tokens].to(dev, non_blocking=True)
             with autocast(dev, dtype):
-                loss_sum, n = model.loss(tokens.to(dev, non_blocking=True), lens.to(dev, non_blocking=True),
+                loss_sum, n = model.loss(tokens.to(dev, non_blocking=True), lens.to(dev, non_blocking=True), words,
                                          **loss_options)
             (loss_sum / n).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -19,6 +19,19 @@ from slm_lm.tokenizer import Tokenizer
 CONFIG_FILE, WEIGHTS_FILE, SAFETENSORS_FILE = "config.json", "model.pt", "model.safetensors"
 
 
+def length_batches(lengths: list, max_tokens: int):
+    """Index lists, longest first, each with at most `max_tokens` padded tokens (or one item)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batch = []
+    for i in order:
+        if batch and (len(batch) + 1) * lengths[batch[0]] > max_tokens:
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
 class Scorer:
     """Scores sentences with an LM: `score` gives the sum of token log-probs (natural log) per sentence.
 
@@ -28,6 +41,9 @@ class Scorer:
     `InputError` naming the sentence (or map to <unk> with `unknown="unk"`); a sentence longer than the
     model's positions raises `InputError` unless `truncate=True`, which scores its first pieces only.
     `dtype` is the autocast dtype: float32, bfloat16, float16, or auto (`slm_lm.precision.resolve_dtype`).
+    `whole_words=True` hides the rest of a piece's own word from its right context (PLL-word-l2r, Kauf &
+    Ivanova, 2023): each word is scored left to right given the whole words around it, so a word split
+    into many pieces is no longer easy to predict from its own pieces. It changes nothing for a CLM.
     """
 
     def __init__(
@@ -40,6 +56,7 @@ class Scorer:
         normalize: bool = True,
         unknown: str = "error",
         truncate: bool = False,
+        whole_words: bool = False,
     ):
         dtype = resolve_dtype(dtype, device)
         if unknown not in ("error", "unk"):
@@ -52,6 +69,11 @@ class Scorer:
         self.tokenizer = tokenizer
         self.device, self.dtype = torch.device(device), dtype
         self.max_tokens, self.normalize, self.unknown, self.truncate = max_tokens, normalize, unknown, truncate
+        self.word_start_table = None
+        if whole_words:
+            if not hasattr(tokenizer, "word_start_ids"):
+                raise ValueError(f"whole_words needs a sentencepiece tokenizer, not {type(tokenizer).__name__}")
+            self.word_start_table = torch.tensor(tokenizer.word_start_ids())
         self._name = None
 
     @property
@@ -59,6 +81,8 @@ class Scorer:
         """Identifies everything that changes a score (weights, tokenizer, dtype, options): the cache key."""
         if self._name is None:
             options = f"{self.normalize}{self.unknown}{self.truncate}dtype={self.dtype}"
+            if self.word_start_table is not None:
+                options += "whole_words"
             options += f"tok={tokenizer_digest(self.tokenizer)}"
             if isinstance(self.model, MaskedLM):
                 options += f"k={self.model.k},seed={self.model.seed}"
@@ -88,31 +112,22 @@ class Scorer:
             encoded.append([self.tokenizer.bos_id, *ids, self.tokenizer.eos_id])
         return encoded
 
-    def _batches(self, encoded: list):
-        """Index lists grouped by similar length with at most `max_tokens` padded tokens each."""
-        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
-        batch = []
-        for i in order:
-            if batch and (len(batch) + 1) * len(encoded[batch[0]]) > self.max_tokens:
-                yield batch
-                batch = []
-            batch.append(i)
-        if batch:
-            yield batch
-
     @torch.inference_mode()
     def logprobs(self, sentences: list, progress: bool = False) -> list:
         """Per sentence, a float tensor of log-probs of its pieces followed by </s>."""
-        encoded = self.encode(list(sentences))
+        return self._logprobs(self.encode(list(sentences)), progress)
+
+    def _logprobs(self, encoded: list, progress: bool) -> list:
         results = [None] * len(encoded)
         with tqdm(total=len(encoded), desc="scoring", unit="sent", disable=not progress) as bar:
-            for batch in self._batches(encoded):
+            for batch in length_batches([len(e) for e in encoded], self.max_tokens):
                 lengths = torch.tensor([len(encoded[i]) for i in batch])
                 tokens = torch.full((len(batch), int(lengths.max())), self.tokenizer.pad_id, dtype=torch.long)
                 for row, i in enumerate(batch):
                     tokens[row, : len(encoded[i])] = torch.tensor(encoded[i])
+                words = None if self.word_start_table is None else self.word_start_table[tokens].to(self.device)
                 with autocast(self.device, self.dtype):
-                    scores = self.model.token_logprobs(tokens.to(self.device), lengths.to(self.device)).cpu()
+                    scores = self.model.token_logprobs(tokens.to(self.device), lengths.to(self.device), words).cpu()
                 for row, i in enumerate(batch):
                     results[i] = scores[row, 1 : lengths[row]]
                 bar.update(len(batch))
@@ -122,13 +137,13 @@ class Scorer:
         """Sum of token log-probs (pieces + end of sentence) per sentence, in input order."""
         return [float(row.double().sum()) for row in self.logprobs(sentences, progress)]
 
+    @torch.inference_mode()
     def token_scores(self, sentences: list, progress: bool = False) -> list:
         """Per sentence, [(piece, log-prob), ...] ending with ("</s>", log-prob)."""
-        rows = self.logprobs(sentences, progress)
-        encoded = self.encode(sentences)
+        encoded = self.encode(list(sentences))
         return [
             [(self.tokenizer.id_to_piece(t), float(lp)) for t, lp in zip(ids[1:-1], row)] + [("</s>", float(row[-1]))]
-            for ids, row in zip(encoded, rows)
+            for ids, row in zip(encoded, self._logprobs(encoded, progress))
         ]
 
     def save_pretrained(self, directory) -> None:
@@ -170,8 +185,9 @@ class Scorer:
             model.seed = saved.get("mlm_seed", 0)
         elif mlm_k is not None:
             raise ValueError(f"mlm_k applies to masked LMs only; {directory} holds a {model.config.kind!r} model")
-        if "normalize" in saved:
-            options.setdefault("normalize", saved["normalize"])
+        for option in ("normalize", "whole_words"):
+            if option in saved:
+                options.setdefault(option, saved[option])
         return cls(model, tokenizer, **options)
 
     @staticmethod

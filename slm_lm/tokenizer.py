@@ -1,8 +1,8 @@
 """Sentencepiece BPE pieces mapped onto an ESPnet token list (`tokens.txt`).
 
 Token-list layout (ESPnet, with sos = eos = the last index): ``<blank>`` (0, padding), ``<unk>`` (1),
-the sentencepiece pieces, ``<mask>`` (V-2), ``<sos/eos>`` (V-1). ``<mask>`` is used only by the sliding
-and masked LMs; a list without it (as ESPnet's asr.sh writes) is valid too.  Text is encoded as it is given:
+the sentencepiece pieces, ``<mask>`` (V-2), ``<sos/eos>`` (V-1). ``<mask>`` is used only by the sliding,
+masked and T-TA LMs; a list without it (as ESPnet's asr.sh writes) is valid too.  Text is encoded as it is given:
 normalise it first (`slm_lm.text_norm.normalize_librispeech`) as the training text was.
 """
 
@@ -130,6 +130,12 @@ class Tokenizer:
     def pieces(self, text: str) -> list:
         """Sentencepiece pieces of `text` (strings, '▁' marks a word start)."""
         return self.sp.encode(text, out_type=str)
+
+    def word_start_ids(self) -> list:
+        """Per token id, True if that token begins a word: pieces starting with '▁' and every special
+        token (`<blank>`, `<unk>`, `<mask>`, `<sos/eos>`), which stand alone."""
+        special = {self.pad_id, self.unk_id, self.mask_id, self.eos_id}
+        return [i in special or piece.startswith("▁") for i, piece in enumerate(self.token_list)]
 
     def id_to_piece(self, token_id: int) -> str:
         """The token-list entry at `token_id`."""

@@ -122,3 +122,34 @@ def test_blimp_with_a_hugging_face_baseline(tmp_path, capsys):
     results = json.loads((out / "blimp_results.json").read_text())
     assert results["pairs"] == 10 and results["model"].startswith("hf-causal-")
     assert "over 10 pairs in 2 paradigms" in capsys.readouterr().out
+
+
+def test_ce_by_piece_splits_the_sentence_score(setup, tmp_path, capsys):
+    """With the shipped models: the three kinds of position add up to each model's summed scores; whole
+    words raise the SLM's first-piece CE (it no longer sees the rest of the word) and leave the CLM's
+    split as it is; the per-word CE divides by words + 1."""
+    script = load_script("ce_by_piece")
+    out = tmp_path / "ce.tsv"
+    script.main(["--model", "SLM=slm-books", "--model", "SLM words=slm-books:whole-words", "--model", "CLM=clm-books",
+                 "--model", "CLM words=clm-books:whole-words", "--text", str(setup["heldout"]), "--out", str(out)])
+    rows = {}
+    for line in out.read_text().splitlines()[1:]:
+        label, kind, ce, n = line.split("\t")
+        rows.setdefault(label, {})[kind] = (float(ce), int(n))
+    sentences = setup["sentences"]
+    words = sum(len(s.split()) + 1 for s in sentences)
+    for label, spec, whole in (("SLM", "slm-books", False), ("SLM words", "slm-books", True), ("CLM", "clm-books", False)):
+        scorer = Scorer.from_pretrained(spec, whole_words=whole)
+        total = -sum(scorer.score(sentences))
+        split = sum(ce * n for kind, (ce, n) in rows[label].items() if kind != "per word")
+        assert split == pytest.approx(total, rel=1e-4), label
+        assert rows[label]["per word"] == (pytest.approx(total / words, rel=1e-4), words)
+        assert rows[label]["end of sentence"][1] == len(sentences)
+        pieces = sum(len(scorer.tokenizer.encode(s)) for s in sentences)
+        assert rows[label]["first piece"][1] + rows[label]["later piece"][1] == pieces
+    assert rows["SLM words"]["first piece"][0] > rows["SLM"]["first piece"][0] + 0.5
+    assert rows["CLM words"] == rows["CLM"]
+    assert f"{len(sentences)} sentences" in capsys.readouterr().out
+    (tmp_path / "empty.txt").write_text("\n")
+    with pytest.raises(SystemExit, match="empty.txt: no sentences"):
+        script.main(["--model", "SLM=slm-books", "--text", str(tmp_path / "empty.txt"), "--out", str(out)])

@@ -198,6 +198,8 @@ def test_bad_input_is_reported_with_its_index(dirs, tmp_path):
         load_scorer(f"hf-causal:{tmp_path / 'empty'}")
     with pytest.raises(InputError, match="cannot load a hf-masked model"):
         load_hf_scorer("hf-masked", dirs["gpt2"])
+    with pytest.raises(InputError, match="whole-word scoring needs an slm_lm model"):
+        load_scorer(f"hf-masked:{dirs['bert']}", whole_words=True)
 
 
 def test_truncated_safetensors_is_reported_in_one_line(dirs, tmp_path, capsys):

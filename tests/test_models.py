@@ -80,15 +80,16 @@ def naive_attention(q, k, v, allowed):
     return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1) @ v
 
 
-def slow_slm_reference(model, sentence):
-    """Position by position: forward stream on the prefix, backward on the suffix, query on both."""
+def slow_slm_reference(model, sentence, right_of=None):
+    """Position by position: forward stream on the prefix, backward on the suffix, query on both.
+    `right_of(i)`: where the suffix starts (default i + 1; whole words: the next word's start)."""
     tokens, _ = batch(sentence, device=next(model.parameters()).device)
     t = tokens.shape[1]
     x = model.embed(tokens)
     q0 = model.embed.query_stream(model.config.mask_id, 1, t, tokens.device)
     out = []
     for i in range(1, t):
-        f, b, q = x[:, :i], x[:, i + 1 :], q0[:, i : i + 1]
+        f, b, q = x[:, :i], x[:, (right_of(i) if right_of else i + 1) :], q0[:, i : i + 1]
         for layer in model.layers:
             heads = layer._heads
             # forward stream on the prefix (causal), backward stream on the suffix (anti-causal)
@@ -193,6 +194,94 @@ def test_one_layer_slm_equals_one_layer_tta_and_deeper_ones_differ(device):
         with torch.no_grad():
             a, b = slm.token_logprobs(tokens, lengths), tta.token_logprobs(tokens, lengths)
         assert torch.allclose(a, b, atol=1e-12) == same, (layers, float((a - b).abs().max()))
+
+
+# Words of SENTENCES (True where a word begins): <s> | 3 4 | 5 | 6 7 8 | </s>  and  <s> | 9 2 5 | </s>
+WORD_STARTS = ([1, 1, 0, 1, 1, 0, 0, 1], [1, 1, 0, 0, 1])
+
+
+def word_starts_of(tokens, device="cpu"):
+    """[B, T] bool from WORD_STARTS, padding marked as word starts."""
+    starts = torch.ones(tokens.shape, dtype=torch.bool)
+    for row, marks in enumerate(WORD_STARTS):
+        starts[row, : len(marks)] = torch.tensor(marks, dtype=torch.bool)
+    return starts.to(device)
+
+
+def rest_of_word_positions(row, i):
+    """Positions after i in i's word, and the first position of the next word."""
+    marks = WORD_STARTS[row]
+    nxt = next((j for j in range(i + 1, len(marks)) if marks[j]), len(marks))
+    return list(range(i + 1, nxt)), nxt
+
+
+@pytest.mark.parametrize("kind", ["slm", "mlm", "bilm", "tta"])
+def test_whole_words_hide_the_rest_of_the_word_only(kind, device):
+    """With word starts, the score at i sums to 1 over x_i (x_i unseen), does not move when a later piece
+    of its own word changes, and moves when the previous piece or the next word's first piece changes."""
+    model = make_model(kind, device)
+    tokens, lengths = batch(*SENTENCES, device=device)
+    words = word_starts_of(tokens, device)
+
+    def score(rows, at):
+        with torch.no_grad():
+            return model.token_logprobs(rows, lengths[row].repeat(len(rows)), words[row].repeat(len(rows), 1))[:, at]
+
+    for row in range(len(tokens)):
+        n = int(lengths[row])
+        for i in range(1, n):
+            copies = tokens[row].repeat(V, 1)
+            copies[:, i] = torch.arange(V, device=device)
+            assert math.isclose(float(score(copies, i).exp().sum()), 1.0, abs_tol=1e-9), (kind, row, i)
+            rest, nxt = rest_of_word_positions(row, i)
+            for j, moves in [(j, False) for j in rest] + [(i - 1, True), (nxt, True)]:
+                if not 1 <= j < n - 1:
+                    continue
+                changed = tokens[row : row + 1].clone()
+                changed[0, j] = 2 if changed[0, j] != 2 else 3
+                before, after = score(tokens[row : row + 1], i), score(changed, i)
+                assert (abs(float(before - after)) > 1e-6) == moves, (kind, row, i, j)
+
+
+@pytest.mark.parametrize("kind", ["slm", "clm", "mlm", "bilm", "tta"])
+def test_whole_words_of_one_piece_each_score_as_pieces(kind, device):
+    """When every piece is a word, whole-word scoring is piece scoring; for a CLM it always is."""
+    model = make_model(kind, device)
+    tokens, lengths = batch(*SENTENCES, device=device)
+    with torch.no_grad():
+        pieces = model.token_logprobs(tokens, lengths)
+        single = model.token_logprobs(tokens, lengths, torch.ones_like(tokens, dtype=torch.bool))
+        words = model.token_logprobs(tokens, lengths, word_starts_of(tokens, device))
+    assert torch.allclose(pieces, single, atol=1e-12)
+    assert torch.allclose(pieces, words, atol=1e-12) == (kind == "clm")
+
+
+def test_slm_whole_words_match_slow_reference(device):
+    """The fused SLM with word starts equals the slow reference whose backward stream starts at the next
+    word: every position, inside a padded batch."""
+    model = make_model("slm", device)
+    tokens, lengths = batch(*SENTENCES, device=device)
+    with torch.no_grad():
+        fast = model.token_logprobs(tokens, lengths, word_starts_of(tokens, device))
+        for row, sentence in enumerate(SENTENCES):
+            slow = slow_slm_reference(model, sentence, right_of=lambda i: rest_of_word_positions(row, i)[1])
+            assert torch.allclose(fast[row, 1 : int(lengths[row])], slow, atol=1e-10), (fast[row], slow)
+
+
+def test_mlm_whole_words_equal_explicit_word_l2r_masking(device):
+    """PLL-word-l2r (Kauf & Ivanova, 2023): x_i and the later pieces of its word are masked together."""
+    model = make_model("mlm", device)
+    tokens, lengths = batch(*SENTENCES, device=device)
+    with torch.no_grad():
+        pll = model.token_logprobs(tokens, lengths, word_starts_of(tokens, device))
+        for row in range(len(tokens)):
+            n = int(lengths[row])
+            for i in range(1, n):
+                copy = tokens[row : row + 1, :n].clone()
+                copy[0, [i, *rest_of_word_positions(row, i)[0]]] = model.config.mask_id
+                h = model.encode(copy, lengths[row : row + 1])
+                expected = torch.log_softmax(model.head(h[0, i]), -1)[tokens[row, i]]
+                assert torch.allclose(pll[row, i], expected, atol=1e-10)
 
 
 def test_mlm_pll_equals_explicit_single_mask_passes(device):

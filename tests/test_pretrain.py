@@ -132,6 +132,27 @@ def test_slm_content_loss_trains_and_is_recorded_on_the_card(data, tmp_path):
         assert exit_info.value.code == 2
 
 
+def test_whole_words_training_validates_as_the_scorer_scores_and_saves_the_default(data, tmp_path):
+    """--whole-words: the curve's last validation CE is the exported model's whole-word CE on valid.txt
+    (its config makes whole words the scoring default), not its piece CE; the card records it; an MLM,
+    whose training masks 15 % of the pieces, refuses it."""
+    directory, tokenizer = data
+    out = tmp_path / "slm"
+    pretrain_cli.main(["train", "--kind", "slm", "--data", str(directory), "--out", str(out), "--minutes", "0.1",
+                       "--valid-every", "1", "--lr", "3e-3", "--whole-words", *TINY])
+    valid_ce = float((out / "curve.tsv").read_text().splitlines()[-1].split("\t")[4])
+    assert json.loads((out / "model" / "training.json").read_text())["whole_words"] is True
+    sentences = TEXT.splitlines()
+    pieces = sum(len(tokenizer.encode(s)) + 1 for s in sentences)
+    words, as_pieces = Scorer.from_pretrained(out / "model"), Scorer.from_pretrained(out / "model", whole_words=False)
+    whole_ce, piece_ce = (-sum(scorer.score(sentences)) / pieces for scorer in (words, as_pieces))
+    assert whole_ce == pytest.approx(valid_ce, abs=0.002)  # fp16 export
+    assert abs(piece_ce - valid_ce) > 0.01, (whole_ce, piece_ce, valid_ce)
+    with pytest.raises(SystemExit, match="whole-word training is not implemented for the masked LM"):
+        pretrain_cli.main(["train", "--kind", "mlm", "--data", str(directory), "--out", str(tmp_path / "mlm"),
+                           "--minutes", "0.01", "--whole-words", *TINY])
+
+
 def test_init_starts_from_a_saved_models_weights_of_any_kind_with_the_same_parameters(data, tmp_path):
     directory, _ = data
     run = ["train", "--data", str(directory), "--valid-every", "1", "--lr", "3e-3", *TINY]

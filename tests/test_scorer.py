@@ -117,3 +117,38 @@ def test_bfloat16_scores_are_close_to_float32(tokenizer, kind, device):
     half = make_scorer(tokenizer, kind, dtype="bfloat16", device=device).score(SENTENCES)
     assert all(math.isfinite(x) for x in half) and half != full
     assert half == pytest.approx(full, rel=0, abs=0.05)
+
+
+def test_word_starts_follow_the_pieces(tokenizer):
+    """'▁' pieces and the special tokens begin words; the other pieces continue one."""
+    starts = tokenizer.word_start_ids()
+    for word in ("BEGINNING", "QUICK", "IT'S"):
+        ids = tokenizer.encode(word)
+        assert [starts[i] for i in ids] == [True] + [False] * (len(ids) - 1), tokenizer.pieces(word)
+    assert len(tokenizer.encode("BEGINNING")) > 1  # the test needs a word of several pieces
+    assert all(starts[i] for i in (tokenizer.pad_id, tokenizer.unk_id, tokenizer.mask_id, tokenizer.eos_id))
+
+
+def test_whole_words_change_scores_and_cache_key_but_not_for_a_clm(tokenizer, tmp_path, capsys):
+    """Whole words score the SLM differently and under another cache name; a CLM's scores stay; a model
+    saved with whole_words in its scorer section loads with it; slm-score --whole-words passes it on."""
+    for kind in ("slm", "clm"):
+        pieces, words = make_scorer(tokenizer, kind), make_scorer(tokenizer, kind, whole_words=True)
+        assert pieces.name != words.name
+        same = pieces.score(SENTENCES) == pytest.approx(words.score(SENTENCES), abs=1e-5)
+        assert same == (kind == "clm"), kind
+    saved = make_scorer(tokenizer, "slm")
+    saved.save_pretrained(tmp_path / "m")
+    config = (tmp_path / "m" / "config.json")
+    config.write_text(config.read_text().replace('"normalize": true', '"normalize": true, "whole_words": true'))
+    assert Scorer.from_pretrained(tmp_path / "m").score(SENTENCES) == make_scorer(
+        tokenizer, "slm", whole_words=True).score(SENTENCES)
+    assert Scorer.from_pretrained(tmp_path / "m", whole_words=False).score(SENTENCES) == saved.score(SENTENCES)
+    saved.save_pretrained(tmp_path / "plain")
+    (tmp_path / "in.txt").write_text("\n".join(SENTENCES[:2]) + "\n")
+    for flag, scorer in (([], saved), (["--whole-words"], make_scorer(tokenizer, "slm", whole_words=True))):
+        out = tmp_path / f"out{len(flag)}.tsv"
+        score_cli.main(["--model", str(tmp_path / "plain"), "--input", str(tmp_path / "in.txt"),
+                        "--output", str(out), *flag])
+        got = [float(line.split("\t")[1]) for line in out.read_text().splitlines()]
+        assert got == pytest.approx(scorer.score(SENTENCES[:2]), abs=1e-4)

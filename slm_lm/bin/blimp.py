@@ -27,6 +27,8 @@ def parse_args(argv=None):
     p.add_argument("--max-tokens", type=int, default=None, help="padded tokens per batch")
     p.add_argument("--case", default=None, choices=["as-is", "lower", "sentence"],
                    help="Hugging Face models only: text casing (default as-is)")
+    p.add_argument("--whole-words", action="store_true",
+                   help="whole-word scoring: each piece without the later pieces of its own word (PLL-word-l2r)")
     p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
 
@@ -38,6 +40,8 @@ def main(argv=None):
 
     options = {k: v for k, v in dict(device=args.device, dtype=args.dtype, max_tokens=args.max_tokens,
                                      case=args.case).items() if v is not None}
+    if args.whole_words:
+        options["whole_words"] = True
     if "case" in options and not args.model.startswith("hf-"):
         fail("slm-blimp", "--case applies to hf-causal:/hf-masked: models only")
     if args.limit is not None and args.limit < 1:

@@ -42,6 +42,9 @@ def main(argv=None):
                     help="SLM only: weight of the content streams' neighbour-prediction loss (0: the paper's loss)")
     tr.add_argument("--content-sample", type=float, default=1.0,
                     help="share of positions that get the content-stream loss (its softmax is the cost)")
+    tr.add_argument("--whole-words", action="store_true",
+                    help="train the whole-word objective: each piece predicted without the later pieces of its own "
+                         "word (the model is then scored that way by default; no change for a CLM)")
     tr.add_argument("--init", default="",
                     help="start from the weights of a saved model (shipped name or model directory) with the "
                          "same tokenizer and shape; the kind may differ (e.g. a CLM's or MLM's weights for an SLM)")
@@ -66,7 +69,8 @@ def main(argv=None):
                         batch_tokens=args.batch_tokens, device=args.device, dtype=args.dtype,
                         valid_every_min=args.valid_every, valid_sentences=args.valid_sentences, clock=args.clock,
                         deadline_min=args.deadline, seed=args.seed, threads=args.threads,
-                        content_loss=args.content_loss, content_sample=args.content_sample, init=args.init)
+                        content_loss=args.content_loss, content_sample=args.content_sample, init=args.init,
+                        whole_words=args.whole_words)
         print(json.dumps(card))
     except (InputError, ValueError) as e:
         fail("slm-pretrain", e)

@@ -85,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--truncate", action="store_true", help="score only the first tokens of over-long hypotheses")
     p.add_argument("--unknown", default="error", choices=["error", "unk"],
                    help="characters the LM's tokenizer does not know: fail (default) or map to <unk>")
+    p.add_argument("--whole-words", action="store_true",
+                   help="whole-word scoring: each piece without the later pieces of its own word (PLL-word-l2r)")
     p.add_argument("--no-normalize", action="store_true",
                    help="score and compute WER on the texts as they are (default: both on LibriSpeech-style "
                    "normalised text, upper case words and apostrophes)")
@@ -114,12 +116,15 @@ def load_lms(specs: list[str], **scorer_options) -> list:
 
 
 def scorer_options(args: argparse.Namespace) -> dict:
-    """The load_scorer options of the parsed command line (dtype, truncate, unknown, device, normalize)."""
+    """The load_scorer options of the parsed command line (dtype, truncate, unknown, device, normalize,
+    whole_words)."""
     options = {"dtype": args.dtype, "truncate": args.truncate, "unknown": args.unknown}
     if args.device:
         options["device"] = args.device
     if args.no_normalize:
         options["normalize"] = False
+    if args.whole_words:
+        options["whole_words"] = True
     return options
 
 

@@ -28,6 +28,8 @@ def parse_args(argv=None):
     p.add_argument("--truncate", action="store_true", help="score only the first tokens of over-long sentences")
     p.add_argument("--unknown", default="error", choices=["error", "unk"], help="unknown characters: fail or map to <unk>")
     p.add_argument("--no-normalize", action="store_true", help="do not apply LibriSpeech-style normalisation")
+    p.add_argument("--whole-words", action="store_true",
+                   help="whole-word scoring: each piece without the later pieces of its own word (PLL-word-l2r)")
     p.add_argument("--case", choices=["as-is", "lower", "sentence"],
                    help="Hugging Face models only: re-case the input (e.g. 'sentence' for upper-case ASR text)")
     return p.parse_args(argv)
@@ -60,16 +62,16 @@ def read_chunks(path: str, size: int = CHUNK):
 
 
 def format_rows(lines, scorer, with_tokens: bool, progress: bool, first: int = 1):
-    """TSV rows of `lines`, numbered from `first`."""
+    """(TSV row, scored tokens) of each of `lines`, numbered from `first`."""
     if with_tokens:
         per_token = scorer.token_scores(lines, progress=progress)
         for number, pairs in enumerate(per_token, first):
             total = sum(lp for _, lp in pairs)
             tokens = " ".join(f"{piece}:{lp:.4f}" for piece, lp in pairs)
-            yield f"{number}\t{total:.4f}\t{len(pairs)}\t{tokens}\n"
+            yield f"{number}\t{total:.4f}\t{len(pairs)}\t{tokens}\n", len(pairs)
     else:
         for number, row in enumerate(scorer.logprobs(lines, progress=progress), first):
-            yield f"{number}\t{float(row.double().sum()):.4f}\t{len(row)}\n"
+            yield f"{number}\t{float(row.double().sum()):.4f}\t{len(row)}\n", len(row)
 
 
 def score_stream(args, scorer, out) -> tuple[int, int]:
@@ -77,8 +79,9 @@ def score_stream(args, scorer, out) -> tuple[int, int]:
     sentences = tokens = 0
     for chunk in read_chunks(args.input):
         try:
-            for row in format_rows(chunk, scorer, args.tokens, progress=len(chunk) > 100, first=sentences + 1):
-                tokens += int(row.split("\t", 3)[2])
+            for row, n_tokens in format_rows(chunk, scorer, args.tokens, progress=len(chunk) > 100,
+                                             first=sentences + 1):
+                tokens += n_tokens
                 out.write(row)
         except InputError as e:
             if e.index is None:
@@ -101,6 +104,8 @@ def main(argv=None):
                        unknown=args.unknown)
         if args.no_normalize:
             options["normalize"] = False
+        if args.whole_words:
+            options["whole_words"] = True
         if args.case:
             options["case"] = args.case
         scorer = load_scorer(args.model, **options)
