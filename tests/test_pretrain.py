@@ -140,14 +140,15 @@ def test_whole_words_training_validates_as_the_scorer_scores_and_saves_the_defau
     out = tmp_path / "slm"
     pretrain_cli.main(["train", "--kind", "slm", "--data", str(directory), "--out", str(out), "--minutes", "0.1",
                        "--valid-every", "1", "--lr", "3e-3", "--whole-words", *TINY])
-    valid_ce = float((out / "curve.tsv").read_text().splitlines()[-1].split("\t")[4])
-    assert json.loads((out / "model" / "training.json").read_text())["whole_words"] is True
+    training = json.loads((out / "model" / "training.json").read_text())
+    valid_ce = training["valid_ce"]  # the last validation, unrounded (a fast machine nearly memorises TEXT)
+    assert training["whole_words"] is True
     sentences = TEXT.splitlines()
     pieces = sum(len(tokenizer.encode(s)) + 1 for s in sentences)
     words, as_pieces = Scorer.from_pretrained(out / "model"), Scorer.from_pretrained(out / "model", whole_words=False)
     whole_ce, piece_ce = (-sum(scorer.score(sentences)) / pieces for scorer in (words, as_pieces))
     assert whole_ce == pytest.approx(valid_ce, abs=0.002)  # fp16 export
-    assert abs(piece_ce - valid_ce) > 0.01, (whole_ce, piece_ce, valid_ce)
+    assert abs(piece_ce - valid_ce) > 5 * abs(whole_ce - valid_ce), (whole_ce, piece_ce, valid_ce)
     with pytest.raises(SystemExit, match="whole-word training is not implemented for the masked LM"):
         pretrain_cli.main(["train", "--kind", "mlm", "--data", str(directory), "--out", str(tmp_path / "mlm"),
                            "--minutes", "0.01", "--whole-words", *TINY])
