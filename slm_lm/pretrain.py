@@ -1,4 +1,4 @@
-"""Pre-training on a tokenised corpus under a wall-clock budget: the trainer of the shipped models.
+"""Pre-training on a tokenised corpus under a time (or update) budget: the trainer of the shipped models.
 
 ESPnet's trainer (`slm-lm-train`) is the recipe's path. This one is for pre-training where ESPnet is
 not installed (a lent GPU machine) or where a fixed *time* budget is the unit of comparison: the
@@ -175,18 +175,25 @@ def initialise(model, spec: str, tokenizer: Tokenizer) -> None:
 
 
 class Budget:
-    """Training time spent, on the wall clock or as this process's CPU time, validation left out.
+    """Training spent against a budget, validation left out: seconds of the wall clock or of this
+    process's CPU time, or, with `max_updates`, a number of updates (the same schedule on any machine).
 
-    `share` is the share of the budget spent (the learning-rate schedule's clock). `fraction` is the
-    same, or with `deadline` (wall-clock seconds for this process, validation included) the larger of the
-    two shares: the run ends when it reaches 1, so it always ends by its deadline, and a run stopped by
-    its deadline resumes (from its checkpoint) where its schedule left off.
+    `spent` is the clock time spent, whatever the budget. `share` is the share of the budget spent (the
+    learning-rate schedule's clock). `fraction` is the same, or with `deadline` (wall-clock seconds for
+    this process, validation included) the larger of the two shares: the run ends when it reaches 1, so
+    it always ends by its deadline, and a run stopped by its deadline resumes (from its checkpoint) where
+    its schedule left off.
     """
 
-    def __init__(self, seconds: float, clock: str = "wall", spent: float = 0.0, deadline: float = 0.0):
+    def __init__(self, seconds: float, clock: str = "wall", spent: float = 0.0, deadline: float = 0.0,
+                 max_updates: int = 0, updates: int = 0):
         if clock not in ("wall", "cpu"):
             raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
+        if (seconds > 0) == (max_updates > 0):
+            raise ValueError(f"give a budget of seconds or of updates, not both or neither "
+                             f"(seconds={seconds}, max_updates={max_updates})")
         self.seconds, self.spent, self.deadline = seconds, spent, deadline
+        self.max_updates, self.updates = max_updates, updates
         self._now = time.process_time if clock == "cpu" else time.monotonic
         self._started = time.monotonic()
         self._mark = None
@@ -201,6 +208,8 @@ class Budget:
 
     @property
     def share(self) -> float:
+        if self.max_updates:
+            return self.updates / self.max_updates
         return (self.spent + (self._now() - self._mark if self._mark is not None else 0.0)) / self.seconds
 
     @property
@@ -215,8 +224,9 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
              warmup: float = 0.05, batch_tokens: int = 4096, device: str = "cpu", dtype: str = "float32",
              valid_every_min: float = 10.0, valid_sentences: int = 0, clock: str = "wall",
              deadline_min: float = 0.0, seed: int = 0, threads: int = 0, content_loss: float = 0.0,
-             content_sample: float = 1.0, init: str = "", whole_words: bool = False) -> dict:
-    """Train `kind` on `data_dir`/{train,valid}.ids.xz for `minutes` of `clock` time; resumable.
+             content_sample: float = 1.0, init: str = "", whole_words: bool = False, max_updates: int = 0) -> dict:
+    """Train `kind` on `data_dir`/{train,valid}.ids.xz for `minutes` of `clock` time, or (`minutes` 0)
+    for `max_updates` updates; resumable. Validation runs every `valid_every_min` minutes of `clock` time.
 
     `content_loss` (SLM only) is the weight of the content streams' neighbour-prediction loss, taken at
     a `content_sample` share of positions (`SlidingLM.loss`); validation reports the query stream's CE.
@@ -263,9 +273,10 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
     if not curve.exists():
         write_atomic(curve, "minutes\tupdates\ttokens\ttrain_ce\tvalid_ce\n")
     lengths = [len(s) + 2 for s in train]
-    budget = Budget(60.0 * minutes, clock, state["spent"], 60.0 * deadline_min)
-    card = {"kind": kind, "parameters": sum(p.numel() for p in model.parameters()), "budget_minutes": minutes,
-            "clock": clock, "peak_lr": peak_lr, "warmup": warmup, "batch_tokens": batch_tokens,
+    budget = Budget(60.0 * minutes, clock, state["spent"], 60.0 * deadline_min, max_updates, state["updates"])
+    card = {"kind": kind, "parameters": sum(p.numel() for p in model.parameters()),
+            **({"budget_updates": max_updates} if max_updates else {"budget_minutes": minutes}), "clock": clock,
+            "peak_lr": peak_lr, "warmup": warmup, "batch_tokens": batch_tokens,
             "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
             "threads": torch.get_num_threads(), "dtype": dtype, "train_sentences": len(train),
             "train_tokens_per_epoch": sum(lengths) - len(lengths), "valid_sentences": len(valid), "seed": seed}
@@ -276,7 +287,8 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
     if whole_words:
         card["whole_words"] = True
     running, running_n = 0.0, 0
-    bar = tqdm(total=round(budget.seconds), desc=f"{kind} ({clock} s)", unit="s", mininterval=30)
+    bar = tqdm(total=max_updates or round(budget.seconds), desc=kind if max_updates else f"{kind} ({clock} s)",
+               unit="update" if max_updates else "s", mininterval=30)
     model.train()
     while True:
         order = batches(lengths, batch_tokens, random.Random(seed * 1000 + state["epoch"]))
@@ -313,13 +325,14 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             budget.pause()
+            budget.updates += 1
             state["updates"] += 1
             state["tokens"] += n
             state["position"] += 1
             if state["updates"] % 20 == 0:
                 running += float(loss_sum.detach()) / n
                 running_n += 1
-                bar.n = round(budget.spent)
+                bar.n = state["updates"] if max_updates else round(budget.spent)
                 bar.refresh()
         state["epoch"] += 1
         state["position"] = 0

@@ -1,4 +1,4 @@
-"""slm-pretrain: encode a corpus, or pre-train an LM kind for a wall-clock budget (see slm_lm.pretrain)."""
+"""slm-pretrain: encode a corpus, or pre-train an LM kind for a budget of minutes or updates (see slm_lm.pretrain)."""
 import argparse
 import json
 
@@ -19,7 +19,10 @@ def main(argv=None):
     tr.add_argument("--kind", required=True, choices=KINDS)
     tr.add_argument("--data", required=True, help="directory: train.ids.xz, valid.ids.xz, bpe.model, tokens.txt")
     tr.add_argument("--out", required=True)
-    tr.add_argument("--minutes", type=float, required=True, help="training budget in minutes of --clock time")
+    budget = tr.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--minutes", type=float, help="training budget in minutes of --clock time")
+    budget.add_argument("--updates", type=int,
+                        help="training budget in updates: the same schedule and result on any machine")
     tr.add_argument("--clock", default="wall", choices=("wall", "cpu"),
                     help="budget clock: wall time, or this process's CPU time (equal compute on shared CPUs)")
     tr.add_argument("--deadline", type=float, default=0.0,
@@ -34,7 +37,7 @@ def main(argv=None):
     tr.add_argument("--device", default="cpu")
     tr.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES,
                     help="autocast dtype (auto: bf16 where the device computes it natively, else float32)")
-    tr.add_argument("--valid-every", type=float, default=10.0, help="budget minutes between validations")
+    tr.add_argument("--valid-every", type=float, default=10.0, help="minutes of --clock time between validations")
     tr.add_argument("--valid-sentences", type=int, default=0, help="validate on the first N sentences (0: all)")
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
@@ -62,15 +65,18 @@ def main(argv=None):
             return
         from slm_lm.pretrain import pretrain
 
+        if (args.minutes or 0) <= 0 and (args.updates or 0) <= 0:
+            given = "--minutes" if args.minutes is not None else "--updates"
+            raise InputError(f"{given}: the budget must be positive")
         model_args = dict(SIZES[args.size], dropout=args.dropout)
         model_args.update({k: getattr(args, k) for k in ("n_layers", "d_model", "n_heads", "d_ff", "max_positions")
                            if getattr(args, k) is not None})
-        card = pretrain(args.kind, args.data, args.out, args.minutes, model_args, peak_lr=args.lr, warmup=args.warmup,
-                        batch_tokens=args.batch_tokens, device=args.device, dtype=args.dtype,
+        card = pretrain(args.kind, args.data, args.out, args.minutes or 0.0, model_args, peak_lr=args.lr,
+                        warmup=args.warmup, batch_tokens=args.batch_tokens, device=args.device, dtype=args.dtype,
                         valid_every_min=args.valid_every, valid_sentences=args.valid_sentences, clock=args.clock,
                         deadline_min=args.deadline, seed=args.seed, threads=args.threads,
                         content_loss=args.content_loss, content_sample=args.content_sample, init=args.init,
-                        whole_words=args.whole_words)
+                        whole_words=args.whole_words, max_updates=args.updates or 0)
         print(json.dumps(card))
     except (InputError, ValueError) as e:
         fail("slm-pretrain", e)
