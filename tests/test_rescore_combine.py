@@ -285,3 +285,43 @@ def test_combination_table_on_the_shared_slices(shared_slices, tmp_path, monkeyp
     assert rows[1][1].startswith(f"{direct['sets'][1]['wer_rescored']:.2f} (λ = {direct['best']['lambdas'][0]:g})")
     with pytest.raises(SystemExit, match="exactly two sets"):
         lm_combination_table.main(["--dev", str(clean), "--lm", "score:lm", "--out", str(out)])
+
+
+def test_pairwise_preference_counts_the_pairs_that_decide_rescoring(shared_slices, tmp_path, monkeypatch):
+    """fix: the LM prefers the oracle hypothesis to a wrong AM-best one; break: it prefers the AM's best
+    worse hypothesis to a right AM-best one; one-hypothesis lists and ties give no pair."""
+    import types
+
+    import pairwise_preference
+    from slm_lm.nbest import Hypothesis, NbestSet
+
+    hyps = {"u1": [Hypothesis(1, "A C", -1.0), Hypothesis(2, "A B", -2.0)],           # AM wrong, oracle 2nd
+            "u2": [Hypothesis(1, "X Y", -1.0), Hypothesis(2, "X Z", -2.0), Hypothesis(3, "W Z", -3.0)],  # AM right
+            "u3": [Hypothesis(1, "P", -1.0)]}                                          # no pair
+    nbest = NbestSet("toy", "toy", hyps, {"u1": "A B", "u2": "X Y", "u3": "P"})
+    likes_errors = {"A C": -1.0, "A B": -5.0, "X Y": -5.0, "X Z": -1.0, "W Z": -9.0, "P": -1.0}
+    likes_refs = {t: -v for t, v in likes_errors.items()}
+    toy = build_scored_set(nbest, [likes_errors, likes_refs])
+    assert pairwise_preference.preferences(toy, 0) == {"fix": (0, 1), "break": (1, 1)}
+    assert pairwise_preference.preferences(toy, 1) == {"fix": (1, 1), "break": (0, 1)}
+    # on the shared slices, the first-pass LM column through the command line, beside a model-like LM
+    fake_module = types.ModuleType("slm_lm.scorer")
+    fake_module.load_scorer = lambda spec, **options: FakeLM(spec)
+    monkeypatch.setitem(sys.modules, "slm_lm.scorer", fake_module)
+    clean, other = shared_slices / "dev_clean", shared_slices / "dev_other"
+    out = tmp_path / "pairs.md"
+    table = pairwise_preference.main(["--set", str(clean), "--set", str(other), "--lm", "first pass=score:lm",
+                                      "--lm", "S", "--nbest", "10", "--am-weights", AM, "--out", str(out)])
+    assert out.read_text() == table
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in table.splitlines()[2:4]}
+    assert list(rows) == ["first pass", "S"]
+    for i, name in enumerate(("dev_clean", "dev_other")):
+        direct = build_scored_set(load_nbest(shared_slices / name, nbest=10), [ScoreColumn("lm")],
+                                  parse_am_weights(AM))
+        wins = pairwise_preference.preferences(direct, 0)
+        for k, key in enumerate(("fix", "break")):
+            won, pairs = wins[key]
+            assert pairs > 20 and rows["first pass"][2 * i + k].rstrip(" |") == f"{100 * won / pairs:.1f} % of {pairs}"
+            assert rows["S"][2 * i + k].endswith(f"of {pairs}") or rows["S"][2 * i + k].endswith(f"of {pairs} |")
+    with pytest.raises(SystemExit, match="N-best input not found"):
+        pairwise_preference.main(["--set", str(tmp_path / "missing"), "--lm", "score:lm", "--out", str(out)])

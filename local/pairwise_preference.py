@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Which hypothesis does an LM prefer, on the pairs that decide N-best rescoring? Per set and LM:
+
+  fix:   utterances whose AM-best hypothesis has more word errors than the list's best (oracle) one: how
+         often the LM alone scores that oracle hypothesis (the one the AM likes most, if several) above
+         the AM-best one;
+  break: utterances whose AM-best hypothesis is already an oracle one: how often the LM scores the AM's
+         best worse hypothesis above it.
+
+An LM that helps rescoring fixes often and breaks seldom. Unlike WER after rescoring this needs no
+weight tuning, so LMs compare on their scores alone.
+
+  python local/pairwise_preference.py --set ../shared/data/librispeech_nbest/dev_clean \\
+      --set ../shared/data/librispeech_nbest/dev_other --lm SLM=slm-books --lm CLM=clm-books \\
+      --lm "first-pass LM=score:lm" --nbest 10 --am-weights decoder=0.6,ctc=0.4 \\
+      --cache exp/pretrain/eval/lm_cache --out exp/pretrain/eval/pairwise.md
+
+--lm is LABEL=SPEC or SPEC (a model as slm-rescore's --lm takes it, or score:NAME, a per-scorer column of
+the lists). Texts are normalised as slm-rescore normalises them, so its --cache is shared.
+"""
+import argparse
+import shlex
+import sys
+
+import numpy as np
+
+from slm_lm.bin.rescore import _load_sets, _normalized, load_lms
+from slm_lm.errors import InputError, fail
+from slm_lm.fileio import write_atomic
+from slm_lm.rescore import ScoreColumn, build_scored_set, parse_am_weights
+from slm_lm.score_cache import lm_scores
+
+
+def preferences(scored, j: int) -> dict:
+    """{"fix": (wins, pairs), "break": (losses, pairs)} of LM `j` of a ScoredSet (see module docstring)."""
+    fix, brk = [0, 0], [0, 0]
+    for u in range(len(scored.uttids)):
+        valid = np.isfinite(scored.am[u])
+        am, lm, errors = scored.am[u][valid], scored.lm[j, u][valid], scored.errors[u][valid]
+        best = int(np.argmax(am))
+        if errors[best] > errors.min():
+            oracle = np.flatnonzero(errors == errors.min())
+            other = int(oracle[np.argmax(am[oracle])])
+            fix[0] += lm[other] > lm[best]
+            fix[1] += 1
+        else:
+            worse = np.flatnonzero(errors > errors[best])
+            if worse.size:
+                other = int(worse[np.argmax(am[worse])])
+                brk[0] += lm[other] > lm[best]
+                brk[1] += 1
+    return {"fix": tuple(fix), "break": tuple(brk)}
+
+
+def _labelled(value: str) -> tuple[str, str]:
+    label, sep, spec = value.partition("=")
+    return (label, spec) if sep else (value, value)
+
+
+def main(argv=None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--set", action="append", required=True, help="an N-best set (as slm-rescore's --dev)")
+    parser.add_argument("--lm", action="append", required=True, help="LABEL=SPEC or SPEC (repeat)")
+    parser.add_argument("--nbest", type=int, default=10)
+    parser.add_argument("--am-weights", default="", help="e.g. decoder=0.6,ctc=0.4 (default: the file score)")
+    parser.add_argument("--cache", help="LM score cache directory (shared with slm-rescore)")
+    parser.add_argument("--out", required=True, help="markdown table to write")
+    args = parser.parse_args(argv)
+    try:
+        labels, specs = zip(*(_labelled(v) for v in args.lm))
+        sets = _normalized(_load_sets(args.set, [], "--set", args.nbest))
+        lms = load_lms(list(specs))
+        am_weights = parse_am_weights(args.am_weights) if args.am_weights else None
+        texts = [h.text for nbest in sets for hyps in nbest.hyps.values() for h in hyps]
+        tables = [lm if isinstance(lm, ScoreColumn) else lm_scores(lm, texts, args.cache, progress=False)
+                  for lm in lms]
+        scored = [build_scored_set(nbest, tables, am_weights) for nbest in sets]
+    except InputError as err:
+        fail("pairwise_preference.py", err)
+    header = "| LM | " + " | ".join(f"{s.name}: fix (LM prefers the oracle hyp) | {s.name}: break (LM prefers a worse hyp)"
+                                     for s in scored) + " |"
+    lines = [header, "|---|" + "---:|---:|" * len(scored)]
+    for j, label in enumerate(labels):
+        cells = []
+        for s in scored:
+            p = preferences(s, j)
+            cells += [f"{100 * w / max(n, 1):.1f} % of {n}" for w, n in (p["fix"], p["break"])]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    command = "python local/pairwise_preference.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    table = "\n".join(lines + ["", f"AM = {args.am_weights or 'the file score'}, {args.nbest}-best. `{command}`"]) + "\n"
+    write_atomic(args.out, table)
+    return table
+
+
+if __name__ == "__main__":
+    print(main(), end="")
