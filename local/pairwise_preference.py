@@ -77,8 +77,8 @@ def main(argv=None) -> str:
         scored = [build_scored_set(nbest, tables, am_weights) for nbest in sets]
     except InputError as err:
         fail("pairwise_preference.py", err)
-    header = "| LM | " + " | ".join(f"{s.name}: fix (LM prefers the oracle hyp) | {s.name}: break (LM prefers a worse hyp)"
-                                     for s in scored) + " |"
+    header = "| LM | " + " | ".join(f"{s.name}: fix (LM prefers the oracle hyp) | "
+                                     f"{s.name}: break (LM prefers a worse hyp)" for s in scored) + " |"
     lines = [header, "|---|" + "---:|---:|" * len(scored)]
     for j, label in enumerate(labels):
         cells = []
@@ -87,7 +87,8 @@ def main(argv=None) -> str:
             cells += [f"{100 * w / max(n, 1):.1f} % of {n}" for w, n in (p["fix"], p["break"])]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     command = "python local/pairwise_preference.py " + shlex.join(sys.argv[1:] if argv is None else argv)
-    table = "\n".join(lines + ["", f"AM = {args.am_weights or 'the file score'}, {args.nbest}-best. `{command}`"]) + "\n"
+    footer = f"AM = {args.am_weights or 'the file score'}, {args.nbest}-best. `{command}`"
+    table = "\n".join(lines + ["", footer]) + "\n"
     write_atomic(args.out, table)
     return table
 
