@@ -178,22 +178,22 @@ class Budget:
     """Training spent against a budget, validation left out: seconds of the wall clock or of this
     process's CPU time, or, with `max_updates`, a number of updates (the same schedule on any machine).
 
-    `spent` is the clock time spent, whatever the budget. `share` is the share of the budget spent (the
-    learning-rate schedule's clock). `fraction` is the same, or with `deadline` (wall-clock seconds for
-    this process, validation included) the larger of the two shares: the run ends when it reaches 1, so
+    `spent` is the clock time spent, whatever the budget. `share(updates)` is the share of the budget spent
+    after `updates` updates (the learning-rate schedule's clock). `fraction(updates)` is the same, or with
+    `deadline` (wall-clock seconds for this process, validation included) the larger of the two shares: the run ends when it reaches 1, so
     it always ends by its deadline, and a run stopped by its deadline resumes (from its checkpoint) where
     its schedule left off.
     """
 
     def __init__(self, seconds: float, clock: str = "wall", spent: float = 0.0, deadline: float = 0.0,
-                 max_updates: int = 0, updates: int = 0):
+                 max_updates: int = 0):
         if clock not in ("wall", "cpu"):
             raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
         if (seconds > 0) == (max_updates > 0):
             raise ValueError(f"give a budget of seconds or of updates, not both or neither "
                              f"(seconds={seconds}, max_updates={max_updates})")
         self.seconds, self.spent, self.deadline = seconds, spent, deadline
-        self.max_updates, self.updates = max_updates, updates
+        self.max_updates = max_updates
         self._now = time.process_time if clock == "cpu" else time.monotonic
         self._started = time.monotonic()
         self._mark = None
@@ -206,15 +206,13 @@ class Budget:
             self.spent += self._now() - self._mark
             self._mark = None
 
-    @property
-    def share(self) -> float:
+    def share(self, updates: int) -> float:
         if self.max_updates:
-            return self.updates / self.max_updates
+            return updates / self.max_updates
         return (self.spent + (self._now() - self._mark if self._mark is not None else 0.0)) / self.seconds
 
-    @property
-    def fraction(self) -> float:
-        share = self.share
+    def fraction(self, updates: int) -> float:
+        share = self.share(updates)
         if self.deadline:
             share = max(share, (time.monotonic() - self._started) / self.deadline)
         return share
@@ -273,7 +271,7 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
     if not curve.exists():
         write_atomic(curve, "minutes\tupdates\ttokens\ttrain_ce\tvalid_ce\n")
     lengths = [len(s) + 2 for s in train]
-    budget = Budget(60.0 * minutes, clock, state["spent"], 60.0 * deadline_min, max_updates, state["updates"])
+    budget = Budget(60.0 * minutes, clock, state["spent"], 60.0 * deadline_min, max_updates)
     card = {"kind": kind, "parameters": sum(p.numel() for p in model.parameters()),
             **({"budget_updates": max_updates} if max_updates else {"budget_minutes": minutes}), "clock": clock,
             "peak_lr": peak_lr, "warmup": warmup, "batch_tokens": batch_tokens,
@@ -293,7 +291,7 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
     while True:
         order = batches(lengths, batch_tokens, random.Random(seed * 1000 + state["epoch"]))
         while state["position"] < len(order):
-            fraction = budget.fraction
+            fraction = budget.fraction(state["updates"])
             if fraction >= 1.0 or budget.spent >= state["next_valid"]:
                 valid_ce = evaluate(model, valid, tokenizer.eos_id, batch_tokens, dev, dtype, word_table)
                 train_ce = running / running_n if running_n else float("nan")
@@ -314,7 +312,7 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
                     return card
             budget.resume()
             for group in optimizer.param_groups:
-                group["lr"] = learning_rate(peak_lr, budget.share, warmup)
+                group["lr"] = learning_rate(peak_lr, budget.share(state["updates"]), warmup)
             tokens, lens = collate(train, order[state["position"]], tokenizer.eos_id, cfg.max_positions)
             words = None if word_table is None else word_table[tokens].to(dev, non_blocking=True)
             with autocast(dev, dtype):
@@ -325,7 +323,6 @@ def pretrain(kind: str, data_dir, out_dir, minutes: float, model_args: dict, pea
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             budget.pause()
-            budget.updates += 1
             state["updates"] += 1
             state["tokens"] += n
             state["position"] += 1
