@@ -1,10 +1,15 @@
-"""Atomic output: write a temporary file (or directory) beside the target, then rename it into place, so that a
+"""File input and output: UTF-8 text lines in (`read_text_lines`, gzip or not, errors naming the line), and
+atomic output: write a temporary file (or directory) beside the target, then rename it into place, so that a
 crash never leaves a half-written file."""
+import gzip
 import os
 import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
+
+from slm_lm.errors import InputError
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -59,3 +64,23 @@ def replace_dir(staging, target, stale=()) -> None:
     os.rename(target, old / target.name)
     os.rename(staging, target)
     shutil.rmtree(old)
+
+
+def read_text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line without newline) of a UTF-8 text file, gzip if named *.gz; errors -> InputError."""
+    path = Path(path)
+    try:
+        handle = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    except OSError as e:
+        raise InputError(f"{path}: cannot open: {e.strerror or e}") from None
+    number = 0
+    try:
+        with handle:
+            for number, raw in enumerate(handle, 1):
+                try:
+                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError as e:
+                    raise InputError(f"{path}:{number}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+                yield number, line.rstrip("\r\n")
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        raise InputError(f"{path}:{number + 1}: cannot read: {e}") from None

@@ -8,9 +8,9 @@ import pytest
 
 from slm_lm.bin import prepare_lm_text as cli
 from slm_lm.errors import InputError
-from slm_lm.lm_text import (
-    NgramFilter, PrepConfig, book_sentences, load_exclusion, prepare_lm_text, split_sentences,
-)
+from slm_lm.decontaminate import NgramFilter, load_exclusion
+from slm_lm.lm_text import PrepConfig, prepare_lm_text
+from slm_lm.text_cleanup import book_sentences, split_sentences
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 

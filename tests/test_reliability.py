@@ -16,7 +16,7 @@ from slm_lm.bin import rescore as rescore_cli
 from slm_lm.bin import score as score_cli
 from slm_lm.bpe import train_bpe
 from slm_lm.errors import InputError
-from slm_lm.lm_text import read_text_lines
+from slm_lm.fileio import read_text_lines
 from slm_lm.nbest import load_nbest
 from slm_lm.score_cache import LMScoreCache, lm_scores
 from slm_lm.scorer import Scorer, load_scorer

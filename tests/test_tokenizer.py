@@ -7,7 +7,7 @@ import pytest
 from slm_lm.bin import train_bpe as cli
 from slm_lm.bpe import train_bpe
 from slm_lm.errors import InputError
-from slm_lm.lm_text import book_sentences
+from slm_lm.text_cleanup import book_sentences
 from slm_lm.text_norm import normalize_librispeech
 from slm_lm.tokenizer import Tokenizer, read_token_list
 

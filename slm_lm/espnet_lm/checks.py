@@ -7,7 +7,7 @@ from dataclasses import fields
 
 from slm_lm.config import SIZES, LMConfig
 from slm_lm.errors import InputError
-from slm_lm.lm_text import read_text_lines
+from slm_lm.fileio import read_text_lines
 from slm_lm.tokenizer import MASK, check_token_list
 from slm_lm.tokenizer import read_token_list as read_tokens_file
 
