@@ -1,6 +1,7 @@
 """slm-pretrain: encode a corpus, or pre-train an LM kind for a budget of minutes or updates (see slm_lm.pretrain)."""
 import argparse
 import json
+from pathlib import Path
 
 from slm_lm.config import KINDS, SIZES
 from slm_lm.errors import InputError, fail
@@ -63,7 +64,7 @@ def main(argv=None):
             print(json.dumps(encode_corpus(args.text, Tokenizer.from_dir(args.bpe_dir), args.out,
                                            args.max_sentences)))
             return
-        from slm_lm.pretrain import pretrain
+        from slm_lm.pretrain import PretrainSettings, pretrain
 
         if (args.minutes or 0) <= 0 and (args.updates or 0) <= 0:
             given = "--minutes" if args.minutes is not None else "--updates"
@@ -71,12 +72,14 @@ def main(argv=None):
         model_args = dict(SIZES[args.size], dropout=args.dropout)
         model_args.update({k: getattr(args, k) for k in ("n_layers", "d_model", "n_heads", "d_ff", "max_positions")
                            if getattr(args, k) is not None})
-        card = pretrain(args.kind, args.data, args.out, args.minutes or 0.0, model_args, peak_lr=args.lr,
-                        warmup=args.warmup, batch_tokens=args.batch_tokens, device=args.device, dtype=args.dtype,
-                        valid_every_min=args.valid_every, valid_sentences=args.valid_sentences, clock=args.clock,
-                        deadline_min=args.deadline, seed=args.seed, threads=args.threads,
-                        content_loss=args.content_loss, content_sample=args.content_sample, init=args.init,
-                        whole_words=args.whole_words, max_updates=args.updates or 0)
+        settings = PretrainSettings(
+            kind=args.kind, data_dir=Path(args.data), out_dir=Path(args.out), model_args=model_args,
+            minutes=args.minutes or 0.0, updates=args.updates or 0, clock=args.clock, deadline_minutes=args.deadline,
+            peak_lr=args.lr, warmup=args.warmup, batch_tokens=args.batch_tokens, device=args.device,
+            dtype=args.dtype, threads=args.threads, seed=args.seed, valid_every_minutes=args.valid_every,
+            valid_sentences=args.valid_sentences, content_loss=args.content_loss,
+            content_sample=args.content_sample, whole_words=args.whole_words, init=args.init)
+        card = pretrain(settings)
         print(json.dumps(card))
     except (InputError, ValueError) as e:
         fail("slm-pretrain", e)

@@ -1,0 +1,292 @@
+"""The pre-training run: its settings, the training loop, validation, the checkpoint, the card and the export.
+
+Writes `out_dir`/checkpoint.pt (resume), curve.tsv (budget minutes, updates, tokens, train and valid CE;
+with `content_loss` the train column is the whole objective per query-stream token) and the scoring-ready
+`out_dir`/model/ (see `export`) with its card (training.json), all refreshed at every validation.
+"""
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from slm_lm.config import LMConfig
+from slm_lm.errors import InputError
+from slm_lm.fileio import atomic_open, write_atomic
+from slm_lm.model_files import KIND_KEY
+from slm_lm.models import model_from_config
+from slm_lm.precision import autocast, resolve_dtype
+from slm_lm.pretrain.corpus import batches, collate, load_corpus
+from slm_lm.pretrain.schedule import Budget, learning_rate
+from slm_lm.tokenizer import Tokenizer
+
+CHECKPOINT_FILE = "checkpoint.pt"
+CURVE_FILE = "curve.tsv"
+CARD_FILE = "training.json"
+CURVE_HEADER = "minutes\tupdates\ttokens\ttrain_ce\tvalid_ce\n"
+LOSS_EVERY = 20  # updates between the samples of the training loss that the curve's train_ce averages
+
+
+@dataclass
+class PretrainSettings:
+    """What `pretrain` trains, on what, for how long and how: `slm-pretrain train` builds it from its options.
+
+    The budget is `minutes` of `clock` time (wall, or this process's CPU time) or, with `minutes` 0,
+    `updates` updates; `deadline_minutes` of wall-clock time (0: none) end this process whatever the budget
+    (a later run resumes). Validation runs every `valid_every_minutes` of `clock` time, on the first
+    `valid_sentences` sentences (0: all). `content_loss` (SLM only) is the weight of the content streams'
+    neighbour-prediction loss, taken at a `content_sample` share of positions (`SlidingLM.loss`);
+    validation reports the query stream's CE. `whole_words` trains (and validates) the objective of
+    whole-word scoring: each piece predicted without the later pieces of its own word
+    (`LanguageModel.token_logprobs`); the model is then scored that way. `init` starts a new run from a
+    saved model's weights (see `initialise`); a resumed run ignores it. `dtype` is the autocast dtype, or
+    auto (`slm_lm.precision.resolve_dtype`); the card records the resolved one.
+    """
+
+    kind: str
+    data_dir: Path  # train.ids.xz, valid.ids.xz and the tokenizer files
+    out_dir: Path
+    model_args: dict  # LMConfig fields but kind and vocab_size
+    minutes: float = 0.0
+    updates: int = 0
+    clock: str = "wall"
+    deadline_minutes: float = 0.0
+    peak_lr: float = 1e-3
+    warmup: float = 0.05  # share of the budget for the linear warm-up
+    batch_tokens: int = 4096  # padded tokens per update
+    device: str = "cpu"
+    dtype: str = "float32"
+    threads: int = 0  # CPU threads (0: torch's default)
+    seed: int = 0
+    valid_every_minutes: float = 10.0
+    valid_sentences: int = 0
+    content_loss: float = 0.0
+    content_sample: float = 1.0
+    whole_words: bool = False
+    init: str = ""
+
+    def check(self) -> None:
+        """Raise ValueError on settings that cannot work together (the budget is `Budget`'s to check)."""
+        if self.content_loss and self.kind != "slm":
+            raise ValueError(f"content_loss is an SLM option; kind is {self.kind!r}")
+        if not 0.0 < self.content_sample <= 1.0:
+            raise ValueError(f"content_sample must be in (0, 1], got {self.content_sample}")
+
+    def loss_options(self) -> dict:
+        """Keyword arguments of the model's training loss beyond the paper's."""
+        return dict(content_weight=self.content_loss, content_sample=self.content_sample) if self.content_loss else {}
+
+
+@torch.no_grad()
+def validation_ce(model, sentences, sos_eos, max_tokens, device, dtype, word_table=None) -> float:
+    """Cross-entropy (nats per scored token) of the model's training objective on `sentences`
+    (`word_table`: per token id, whether it begins a word, for the whole-word objective)."""
+    model.eval()
+    total, count = 0.0, 0
+    lengths = [len(s) + 2 for s in sentences]
+    for index in batches(lengths, max_tokens, random.Random(0)):
+        tokens, lens = collate(sentences, index, sos_eos, model.config.max_positions)
+        words = None if word_table is None else word_table[tokens].to(device)
+        with autocast(device, dtype):
+            loss, n = model.loss(tokens.to(device), lens.to(device), words)
+        total += float(loss)
+        count += n
+    model.train()
+    return total / max(1, count)
+
+
+def new_model_and_optimizer(settings: PretrainSettings, vocab_size: int, device: torch.device):
+    """The freshly initialised model (seeded with `settings.seed`) and its AdamW optimizer (no weight decay on
+    biases and norms)."""
+    config = LMConfig(kind=settings.kind, vocab_size=vocab_size, **settings.model_args)
+    torch.manual_seed(settings.seed)
+    model = model_from_config(config).to(device)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=settings.peak_lr, betas=(0.9, 0.98), eps=1e-6, fused=device.type == "cuda")
+    return model, optimizer
+
+
+def new_loop_state() -> dict:
+    """Where a new run starts: budget seconds spent, updates, tokens seen, epoch, batch position in the epoch,
+    and the budget seconds of the next validation."""
+    return {"spent": 0.0, "updates": 0, "tokens": 0, "epoch": 0, "position": 0, "next_valid": 0.0}
+
+
+def save_checkpoint(path, model, optimizer, state: dict) -> None:
+    """Write the model, the optimizer and the loop state (see `new_loop_state`) to `path` atomically."""
+    with atomic_open(path, "wb") as handle:
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state}, handle)
+
+
+def load_checkpoint(path, model, optimizer, device) -> dict:
+    """Restore the model and the optimizer saved by `save_checkpoint`; returns the loop state saved with them."""
+    saved = torch.load(path, map_location=device, weights_only=True)
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    return saved["state"]
+
+
+def training_card(settings: PretrainSettings, model, device: torch.device, dtype: str, train: list,
+                  valid: list) -> dict:
+    """The settings part of the training card (training.json); `record_validation` adds the progress."""
+    s = settings
+    card = {"kind": s.kind, "parameters": sum(p.numel() for p in model.parameters()),
+            **({"budget_updates": s.updates} if s.updates else {"budget_minutes": s.minutes}), "clock": s.clock,
+            "peak_lr": s.peak_lr, "warmup": s.warmup, "batch_tokens": s.batch_tokens,
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "threads": torch.get_num_threads(), "dtype": dtype, "train_sentences": len(train),
+            "train_tokens_per_epoch": sum(len(sentence) + 1 for sentence in train), "valid_sentences": len(valid),
+            "seed": s.seed, **s.loss_options()}
+    if s.init:
+        card["init"] = s.init
+    if s.whole_words:
+        card["whole_words"] = True
+    return card
+
+
+def record_validation(card: dict, state: dict, valid_ce: float, lr: float) -> None:
+    """Add the progress at a validation (loop state, validation CE, current learning rate) to the card."""
+    card.update(updates=state["updates"], tokens_seen=state["tokens"], spent_minutes=state["spent"] / 60,
+                epochs=state["tokens"] / card["train_tokens_per_epoch"], valid_ce=valid_ce, lr=lr)
+
+
+def pretrain(settings: PretrainSettings) -> dict:
+    """Train `settings.kind` on `settings.data_dir`/{train,valid}.ids.xz for its budget into `settings.out_dir`,
+    resuming from the checkpoint there if there is one; returns the card of the last validation."""
+    settings.check()
+    return _TrainingRun(settings).train()
+
+
+class _TrainingRun:
+    """One process of a pre-training run: the model, its optimizer and data, the loop state, the budget and the card."""
+
+    def __init__(self, settings: PretrainSettings):
+        s = self.settings = settings
+        data_dir, self.out_dir = Path(s.data_dir), Path(s.out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if s.threads:
+            torch.set_num_threads(s.threads)
+        self.device = torch.device(s.device)
+        self.dtype = resolve_dtype(s.dtype, self.device)
+        self.tokenizer = Tokenizer.from_dir(data_dir)
+        self.word_table = torch.tensor(self.tokenizer.word_start_ids()) if s.whole_words else None
+        self.train_set, valid = load_corpus(data_dir / "train.ids.xz"), load_corpus(data_dir / "valid.ids.xz")
+        self.valid_set = valid[:s.valid_sentences] if s.valid_sentences else valid
+        self.model, self.optimizer = new_model_and_optimizer(s, self.tokenizer.vocab_size, self.device)
+        checkpoint = self.out_dir / CHECKPOINT_FILE
+        if checkpoint.exists():
+            self.state = load_checkpoint(checkpoint, self.model, self.optimizer, self.device)
+        else:
+            self.state = new_loop_state()
+            if s.init:
+                initialise(self.model, s.init, self.tokenizer)
+        if not (self.out_dir / CURVE_FILE).exists():
+            write_atomic(self.out_dir / CURVE_FILE, CURVE_HEADER)
+        self.budget = Budget(60.0 * s.minutes, s.clock, self.state["spent"], 60.0 * s.deadline_minutes, s.updates)
+        self.card = training_card(s, self.model, self.device, self.dtype, self.train_set, self.valid_set)
+        self.losses = []  # training losses sampled since the last validation
+
+    def train(self) -> dict:
+        """Train until the budget (or the deadline) is spent, validating on the way; returns the card."""
+        s, state = self.settings, self.state
+        lengths = [len(sentence) + 2 for sentence in self.train_set]
+        bar = tqdm(total=s.updates or round(self.budget.seconds), unit="update" if s.updates else "s",
+                   desc=s.kind if s.updates else f"{s.kind} ({s.clock} s)", mininterval=30)
+        self.model.train()
+        while True:
+            order = batches(lengths, s.batch_tokens, random.Random(s.seed * 1000 + state["epoch"]))
+            while state["position"] < len(order):
+                fraction = self.budget.fraction(state["updates"])
+                if fraction >= 1.0 or self.budget.spent >= state["next_valid"]:
+                    self.validate_and_save()
+                    if fraction >= 1.0:
+                        bar.close()
+                        return self.card
+                self.update(order[state["position"]])
+                if state["updates"] % LOSS_EVERY == 0:
+                    bar.n = state["updates"] if s.updates else round(self.budget.spent)
+                    bar.refresh()
+            state["epoch"] += 1
+            state["position"] = 0
+
+    def update(self, index: list) -> None:
+        """One optimizer step on the training sentences `index`, its time counted by the budget."""
+        s, state, model = self.settings, self.state, self.model
+        self.budget.resume()
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate(s.peak_lr, self.budget.share(state["updates"]), s.warmup)
+        tokens, lens = collate(self.train_set, index, self.tokenizer.eos_id, model.config.max_positions)
+        words = None if self.word_table is None else self.word_table[tokens].to(self.device, non_blocking=True)
+        with autocast(self.device, self.dtype):
+            loss_sum, n = model.loss(tokens.to(self.device, non_blocking=True),
+                                     lens.to(self.device, non_blocking=True), words, **s.loss_options())
+        (loss_sum / n).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.budget.pause()
+        state["updates"] += 1
+        state["tokens"] += n
+        state["position"] += 1
+        if state["updates"] % LOSS_EVERY == 0:
+            self.losses.append(float(loss_sum.detach()) / n)
+
+    def validate_and_save(self) -> None:
+        """Validate; append to the curve; refresh the card and the exported model; save the checkpoint."""
+        s, state = self.settings, self.state
+        valid_ce = validation_ce(self.model, self.valid_set, self.tokenizer.eos_id, s.batch_tokens, self.device,
+                                 self.dtype, self.word_table)
+        train_ce = sum(self.losses) / len(self.losses) if self.losses else float("nan")
+        self.losses = []
+        state["spent"] = self.budget.spent
+        with open(self.out_dir / CURVE_FILE, "a") as handle:
+            handle.write(f"{state['spent'] / 60:.2f}\t{state['updates']}\t{state['tokens']}\t"
+                         f"{train_ce:.4f}\t{valid_ce:.4f}\n")
+        state["next_valid"] = state["spent"] + 60.0 * s.valid_every_minutes
+        record_validation(self.card, state, valid_ce, self.optimizer.param_groups[0]["lr"])
+        export(self.model, self.tokenizer, self.out_dir / "model", self.card, s.whole_words)
+        save_checkpoint(self.out_dir / CHECKPOINT_FILE, self.model, self.optimizer, state)
+
+
+def export(model, tokenizer: Tokenizer, directory, card: dict, whole_words: bool = False) -> None:
+    """Write a scoring-ready directory: fp16 `model.safetensors`, config.json, tokenizer, training.json.
+    A model trained on whole words is scored on whole words by default (config.json's scorer section)."""
+    from safetensors.torch import save
+
+    from slm_lm.scorer import CONFIG_FILE, SAFETENSORS_FILE
+
+    directory = Path(directory)
+    # The head's projection is tied to the token embedding: store it once.
+    state = {k: v.detach().to("cpu", torch.float16).contiguous() for k, v in model.state_dict().items()
+             if k != "head.embedding.weight"}
+    write_atomic(directory / SAFETENSORS_FILE, save(state, metadata={KIND_KEY: model.config.kind}))
+    tokenizer.save(directory)
+    config = {"model": model.config.to_dict(), "scorer": {"normalize": True}}
+    if whole_words:
+        config["scorer"]["whole_words"] = True
+    write_atomic(directory / CONFIG_FILE, json.dumps(config, indent=2))
+    write_atomic(directory / "training.json", json.dumps(card, indent=2))
+
+
+def initialise(model, spec: str, tokenizer: Tokenizer) -> None:
+    """Copy the weights of a saved model (a shipped name or a model directory) into `model`.
+
+    The tokenizer and every parameter's shape must match; the kind may differ where the parameters are
+    the same (SLM, CLM, MLM and T-TA share one backbone: a CLM's or an MLM's weights can start an SLM, as
+    the paper's BERT initialisation does).
+    """
+    from slm_lm.scorer import Scorer, tokenizer_digest
+
+    source = Scorer.from_pretrained(spec)
+    if tokenizer_digest(source.tokenizer) != tokenizer_digest(tokenizer):
+        raise InputError(f"--init {spec}: its tokenizer is not the one of the training data")
+    theirs, ours = source.model.state_dict(), model.state_dict()
+    misfits = sorted(set(theirs) ^ set(ours)) or [k for k in ours if theirs[k].shape != ours[k].shape]
+    if misfits:
+        raise InputError(f"--init {spec}: its {source.model.config.kind} weights do not fit this "
+                         f"{model.config.kind} (first difference: {misfits[0]}); give the same shape options")
+    model.load_state_dict({k: v.to(ours[k].dtype) for k, v in theirs.items()})
