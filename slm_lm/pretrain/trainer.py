@@ -24,7 +24,6 @@ from slm_lm.tokenizer import Tokenizer
 
 CHECKPOINT_FILE = "checkpoint.pt"
 CURVE_FILE = "curve.tsv"
-CARD_FILE = "training.json"
 CURVE_HEADER = "minutes\tupdates\ttokens\ttrain_ce\tvalid_ce\n"
 LOSS_EVERY = 20  # updates between the samples of the training loss that the curve's train_ce averages
 
