@@ -9,7 +9,6 @@ padded-token budget, as ESPnet's `numel` batches; bf16/fp16 autocast with the lo
 Corpus format (`encode_corpus`): the token ids of every sentence, pieces only, each sentence followed
 by 0 (`<blank>`, never a piece), as little-endian uint16, lzma-compressed: `NAME.ids.xz`.
 """
-import json
 import lzma
 import os
 import random
@@ -20,10 +19,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from slm_lm import model_dir
 from slm_lm.config import LMConfig
 from slm_lm.errors import InputError
 from slm_lm.fileio import atomic_open, write_atomic
-from slm_lm.model_files import KIND_KEY
 from slm_lm.models import model_from_config
 from slm_lm.precision import autocast, resolve_dtype
 from slm_lm.tokenizer import Tokenizer
@@ -137,21 +136,8 @@ def evaluate(model, sentences, sos_eos, max_tokens, device, dtype, word_table=No
 def export(model, tokenizer: Tokenizer, directory, card: dict, whole_words: bool = False) -> None:
     """Write a scoring-ready directory: fp16 `model.safetensors`, config.json, tokenizer, training.json.
     A model trained on whole words is scored on whole words by default (config.json's scorer section)."""
-    from safetensors.torch import save
-
-    from slm_lm.scorer import CONFIG_FILE, SAFETENSORS_FILE
-
-    directory = Path(directory)
-    # The head's projection is tied to the token embedding: store it once.
-    state = {k: v.detach().to("cpu", torch.float16).contiguous() for k, v in model.state_dict().items()
-             if k != "head.embedding.weight"}
-    write_atomic(directory / SAFETENSORS_FILE, save(state, metadata={KIND_KEY: model.config.kind}))
-    tokenizer.save(directory)
-    config = {"model": model.config.to_dict(), "scorer": {"normalize": True}}
-    if whole_words:
-        config["scorer"]["whole_words"] = True
-    write_atomic(directory / CONFIG_FILE, json.dumps(config, indent=2))
-    write_atomic(directory / "training.json", json.dumps(card, indent=2))
+    model_dir.export(directory, model, tokenizer, {"normalize": True, **({"whole_words": True} if whole_words else {})},
+                     card)
 
 
 def initialise(model, spec: str, tokenizer: Tokenizer) -> None:
@@ -161,10 +147,10 @@ def initialise(model, spec: str, tokenizer: Tokenizer) -> None:
     the same (SLM, CLM, MLM and T-TA share one backbone: a CLM's or an MLM's weights can start an SLM, as
     the paper's BERT initialisation does).
     """
-    from slm_lm.scorer import Scorer, tokenizer_digest
+    from slm_lm.scorer import Scorer
 
     source = Scorer.from_pretrained(spec)
-    if tokenizer_digest(source.tokenizer) != tokenizer_digest(tokenizer):
+    if source.tokenizer.digest() != tokenizer.digest():
         raise InputError(f"--init {spec}: its tokenizer is not the one of the training data")
     theirs, ours = source.model.state_dict(), model.state_dict()
     misfits = sorted(set(theirs) ^ set(ours)) or [k for k in ours if theirs[k].shape != ours[k].shape]
