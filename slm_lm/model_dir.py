@@ -369,5 +369,6 @@ def load_hf_scorer(kind: str, path, case: str = "as-is", **options):
         model = auto.from_pretrained(directory, local_files_only=True)
     except (OSError, ValueError, RuntimeError, EOFError, SafetensorError) as e:
         reason = " ".join(str(e).split())[:300]
-        raise InputError(f"{directory}: cannot load a {kind} model (missing, truncated or garbled file?): {reason}") from None
+        raise InputError(f"{directory}: cannot load a {kind} model (missing, truncated or garbled file?): "
+                         f"{reason}") from None
     return SCORERS[kind](model, tokenizer, **options)
