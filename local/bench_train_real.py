@@ -44,9 +44,9 @@ sys.path.insert(0, str(HERE))
 from bench_train_speed import kind_list, matmul_tflops, random_batch, train_step  # noqa: E402
 from espnet2.train.trainer import Trainer  # noqa: E402
 
-from slm_lm.config import SIZES  # noqa: E402
+from slm_lm.config import SIZES, lm_config  # noqa: E402
 from slm_lm.errors import InputError, fail  # noqa: E402
-from slm_lm.espnet_lm.checks import kind_token_list, lm_config  # noqa: E402
+from slm_lm.espnet_lm.checks import kind_token_list  # noqa: E402
 from slm_lm.espnet_lm.data import write_espnet_text  # noqa: E402
 from slm_lm.espnet_lm.espnet_model import sentence_batch  # noqa: E402
 from slm_lm.espnet_lm.task import SlmLMTask  # noqa: E402

@@ -1,7 +1,11 @@
 """Model configuration: one dataclass shared by every LM kind, plus the named sizes."""
 from dataclasses import asdict, dataclass, fields
 
+from slm_lm.errors import InputError
+
 KINDS = ("slm", "clm", "mlm", "bilm", "tta")
+# The kinds whose models use the <mask> token (the SLM's query stream, the MLM's masked positions, T-TA's query input).
+MASK_KINDS = ("slm", "mlm", "tta")
 
 SIZES = {
     "tiny": dict(n_layers=2, d_model=64, n_heads=4, d_ff=128),
@@ -58,3 +62,20 @@ class LMConfig:
         if unknown:
             raise ValueError(f"unknown config keys {sorted(unknown)}")
         return cls(**d)
+
+
+def lm_config(kind: str, vocab_size: int, lm_conf: dict, where: str) -> LMConfig:
+    """The `LMConfig` that ESPnet's `--lm kind --lm_conf ...` describes (`size` and any field as an override);
+    bad keys or values raise `InputError` naming `where`."""
+    allowed = {"size"} | {f.name for f in fields(LMConfig)} - {"kind", "vocab_size"}
+    unknown = sorted(set(lm_conf) - allowed)
+    if unknown:
+        raise InputError(f"{where}: lm_conf: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    conf = dict(lm_conf)
+    size = conf.pop("size", "small")
+    if size not in SIZES:
+        raise InputError(f"{where}: lm_conf: size {size!r} is not one of {sorted(SIZES)}")
+    try:
+        return LMConfig.from_size(kind, vocab_size, size, **conf)
+    except (ValueError, TypeError) as e:
+        raise InputError(f"{where}: lm_conf: {e}") from None

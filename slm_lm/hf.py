@@ -1,4 +1,4 @@
-"""Hugging Face baselines behind slm_lm's Scorer interface, and a tokenizer adapter.
+"""Hugging Face baselines behind slm_lm's scoring interface (`slm_lm.scoring`), and a tokenizer adapter.
 
 - `HFCausalScorer` (GPT-2 style, `AutoModelForCausalLM`): scores `bos x eos` (GPT-2: `<|endoftext|>`
   on both sides); the sum covers every piece and the end of sentence, as our own models do.
@@ -9,10 +9,12 @@
   from BERT/RoBERTa (`slm_lm.init_from_mlm`).
 
 Models and tokenizers are read from a local directory only (`local_files_only`): nothing is
-downloaded. Hugging Face models are cased; text is passed through unchanged unless `case` asks for
-"lower" (all lower case) or "sentence" (lower case, first letter and the pronoun "I" upper case; the
-choice for upper-case ASR N-best text with cased models).
+downloaded; `slm_lm.model_dir.load_hf_scorer` loads a `hf-causal:DIR` / `hf-masked:DIR` spec. Hugging
+Face models are cased; text is passed through unchanged unless `case` asks for "lower" (all lower case)
+or "sentence" (lower case, first letter and the pronoun "I" upper case; the choice for upper-case ASR
+N-best text with cased models).
 """
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -21,18 +23,17 @@ import torch
 from tqdm import tqdm
 
 from slm_lm.errors import InputError
-from slm_lm.model_files import read_json
-from slm_lm.precision import autocast, resolve_dtype
-from slm_lm.scorer import fingerprint, length_batches, tokenizer_digest
+from slm_lm.precision import autocast
+from slm_lm.scoring import SentenceScorer, length_batches
+from slm_lm.tokenizer import check_unknown
 
 CASES = ("as-is", "lower", "sentence")
-CASE_FILE = "slm_hf_tokenizer.json"
 _PRONOUN_I = re.compile(r"(?<![\w'])i(?=$|[^\w']|'(?:m|d|ll|ve)\b)")
 
 
 def apply_case(text: str, case: str) -> str:
     """`text` as-is, lower-cased, or sentence-cased (lower, then first letter and "I" upper)."""
-    if _check_case(case) == "as-is":
+    if check_case(case) == "as-is":
         return text
     text = text.lower()
     if case == "lower":
@@ -44,13 +45,15 @@ def apply_case(text: str, case: str) -> str:
     return text
 
 
-def _check_case(case: str) -> str:
+def check_case(case: str) -> str:
+    """`case` if it is one of `CASES`, else ValueError."""
     if case not in CASES:
         raise ValueError(f"case must be one of {CASES}, got {case!r}")
     return case
 
 
-def _model_dir(path) -> Path:
+def hf_model_dir(path) -> Path:
+    """`path` as a Path; InputError unless it is a directory."""
     path = Path(path)
     if not path.is_dir():
         raise InputError(f"{path}: Hugging Face model directory not found")
@@ -69,7 +72,7 @@ class HFTokenizer:
 
     def __init__(self, hf_tokenizer, case: str = "as-is", source: str = "tokenizer"):
         self.hf = hf_tokenizer
-        self.case = _check_case(case)
+        self.case = check_case(case)
         self.vocab_size = len(hf_tokenizer)
         first = lambda *ids: next((i for i in ids if i is not None), None)  # noqa: E731
         self.bos_id = first(hf_tokenizer.cls_token_id, hf_tokenizer.bos_token_id)
@@ -81,14 +84,11 @@ class HFTokenizer:
         self.mask_id = hf_tokenizer.mask_token_id
 
     @classmethod
-    def from_dir(cls, directory, case=None) -> "HFTokenizer":
+    def from_dir(cls, directory, case: str = "as-is") -> "HFTokenizer":
         """Load a tokenizer saved by `save` (or any `save_pretrained` tokenizer directory)."""
         from transformers import AutoTokenizer
 
-        directory = _model_dir(directory)
-        saved = directory / CASE_FILE
-        if case is None:
-            case = read_json(saved).get("case", "as-is") if saved.exists() else "as-is"
+        directory = hf_model_dir(directory)
         try:
             hf_tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
         except (OSError, ValueError) as e:
@@ -96,13 +96,17 @@ class HFTokenizer:
         return cls(hf_tokenizer, case, str(directory))
 
     def save(self, directory) -> None:
-        """Write the Hugging Face tokenizer files (`save_pretrained`) and the case option."""
-        from slm_lm.fileio import write_atomic
-
+        """Write the Hugging Face tokenizer files (`save_pretrained`); the case option is the model
+        directory's (`slm_lm.model_dir.save_tokenizer`)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.hf.save_pretrained(directory)
-        write_atomic(directory / CASE_FILE, json.dumps({"case": self.case}))
+
+    def digest(self) -> str:
+        """16 hex digits identifying this tokenizer: the vocabulary and the case option."""
+        digest = hashlib.sha1(json.dumps(sorted(self.hf.get_vocab().items())).encode())
+        digest.update(self.case.encode())
+        return digest.hexdigest()[:16]
 
     def encode(self, text: str, unknown: str = "error") -> list:
         """Ids of the pieces of `text` after `case` (no special tokens).
@@ -110,8 +114,7 @@ class HFTokenizer:
         Text that maps to the unknown token raises InputError naming it (`unknown="error"`), or
         stays <unk> (`unknown="unk"`).
         """
-        if unknown not in ("error", "unk"):
-            raise ValueError(f"unknown must be 'error' or 'unk', not {unknown!r}")
+        check_unknown(unknown)
         text = apply_case(text, self.case)
         ids = self.hf(text, add_special_tokens=False)["input_ids"]
         if unknown == "error" and self.unk_id is not None and self.unk_id in ids:
@@ -133,51 +136,25 @@ class HFTokenizer:
         return self.hf.decode([int(i) for i in ids], skip_special_tokens=True)
 
 
-class HFScorer:
-    """Shared parts of the Hugging Face scorers: encoding, token-budget batching, the Scorer API."""
+class HFScorer(SentenceScorer):
+    """What the Hugging Face scorers share: the model's length limit, the cache options, the forward pass.
 
-    kind = ""
+    Text is scored as given (re-cased by the tokenizer's `case`), never normalised.
+    """
 
     def __init__(self, model, tokenizer: HFTokenizer, device="cpu", dtype="float32", max_tokens=2048,
                  truncate=False, unknown="error"):
-        dtype = resolve_dtype(dtype, device)
-        if unknown not in ("error", "unk"):
-            raise ValueError(f"unknown must be 'error' or 'unk', got {unknown!r}")
-        self.model = model.to(device).eval()
-        self.tokenizer = tokenizer
-        self.device, self.dtype = torch.device(device), dtype
-        self.max_tokens, self.truncate, self.unknown = max_tokens, truncate, unknown
-        config = model.config
-        offset = config.pad_token_id + 1 if config.model_type in ("roberta", "xlm-roberta", "camembert") else 0
-        self.max_length = config.max_position_embeddings - offset
-        self._name = None
+        super().__init__(model, tokenizer, device=device, dtype=dtype, max_tokens=max_tokens, normalize=False,
+                         unknown=unknown, truncate=truncate)
 
     @property
-    def name(self) -> str:
-        """Identifies the weights and scoring options (cache key)."""
-        if self._name is None:
-            options = f"{self.unknown}{self.truncate}dtype={self.dtype}tok={tokenizer_digest(self.tokenizer)}"
-            self._name = f"{self.kind}-{fingerprint(self.model, options)}"
-        return self._name
+    def max_length(self) -> int:
+        config = self.model.config
+        offset = config.pad_token_id + 1 if config.model_type in ("roberta", "xlm-roberta", "camembert") else 0
+        return config.max_position_embeddings - offset
 
-    def encode(self, sentences: list) -> list:
-        """`[bos, pieces..., eos]` per sentence; errors name the sentence index."""
-        limit = self.max_length - 2
-        encoded = []
-        for index, sentence in enumerate(sentences):
-            if not isinstance(sentence, str):
-                raise InputError(f"sentence {index}: expected a string, got {type(sentence).__name__}", index)
-            try:
-                ids = self.tokenizer.encode(sentence, unknown=self.unknown)
-            except InputError as e:
-                raise InputError(f"sentence {index}: {e}", index) from None
-            if len(ids) > limit:
-                if not self.truncate:
-                    raise InputError(f"sentence {index}: {len(ids)} tokens exceed the model's limit of {limit} "
-                                     "(pass truncate=True to score only the first tokens)", index)
-                ids = ids[:limit]
-            encoded.append([self.tokenizer.bos_id, *ids, self.tokenizer.eos_id])
-        return encoded
+    def cache_options(self) -> str:
+        return f"{self.unknown}{self.truncate}dtype={self.dtype}tok={self.tokenizer.digest()}"
 
     def _forward(self, rows: list) -> torch.Tensor:
         """Logits [B, T, V] (float32) of right-padded id lists."""
@@ -190,30 +167,6 @@ class HFScorer:
         with autocast(self.device, self.dtype):
             logits = self.model(input_ids=ids.to(self.device), attention_mask=attention.to(self.device)).logits
         return logits.float()
-
-    @torch.inference_mode()
-    def logprobs(self, sentences: list, progress: bool = False) -> list:
-        """Per sentence, a float tensor of the log-probs of its scored tokens."""
-        return self._logprobs(self.encode(list(sentences)), progress)
-
-    def _logprobs(self, encoded: list, progress: bool) -> list:
-        raise NotImplementedError
-
-    def score(self, sentences: list, progress: bool = False) -> list:
-        """Sum of the scored token log-probs per sentence, in input order."""
-        return [float(row.double().sum()) for row in self.logprobs(sentences, progress)]
-
-    @torch.inference_mode()
-    def token_scores(self, sentences: list, progress: bool = False) -> list:
-        """Per sentence, [(piece, log-prob), ...] for the scored tokens."""
-        encoded = self.encode(list(sentences))
-        out = []
-        for ids, row in zip(encoded, self._logprobs(encoded, progress)):
-            pieces = [self.tokenizer.id_to_piece(t) for t in ids[1:-1]]
-            if len(row) == len(pieces) + 1:
-                pieces.append("</s>")
-            out.append([(p, float(lp)) for p, lp in zip(pieces, row)])
-        return out
 
 
 class HFCausalScorer(HFScorer):
@@ -271,30 +224,3 @@ class HFMaskedScorer(HFScorer):
 
 
 SCORERS = {"hf-causal": HFCausalScorer, "hf-masked": HFMaskedScorer}
-
-
-def load_hf_scorer(kind: str, path, case: str = "as-is", **options):
-    """A scorer for the Hugging Face model saved in directory `path` (no download).
-
-    kind: "hf-causal" (AutoModelForCausalLM) or "hf-masked" (AutoModelForMaskedLM, PLL).
-    options: device, dtype, max_tokens, truncate, unknown (as for `slm_lm.scorer.Scorer`); `normalize=False`
-    is accepted (these scorers score the text as given, re-cased by `case`).
-    """
-    if options.pop("normalize", False):
-        raise InputError(f"{kind}:{path}: Hugging Face scorers do not normalise text (use case=... instead)")
-    if options.pop("whole_words", False):
-        raise InputError(f"{kind}:{path}: whole-word scoring needs an slm_lm model with its sentencepiece tokenizer")
-    from safetensors import SafetensorError
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
-
-    if kind not in SCORERS:
-        raise InputError(f"unknown Hugging Face scorer kind {kind!r}; expected one of {tuple(SCORERS)}")
-    directory = _model_dir(path)
-    tokenizer = HFTokenizer.from_dir(directory, case=_check_case(case))
-    auto = AutoModelForCausalLM if kind == "hf-causal" else AutoModelForMaskedLM
-    try:
-        model = auto.from_pretrained(directory, local_files_only=True)
-    except (OSError, ValueError, RuntimeError, EOFError, SafetensorError) as e:
-        reason = " ".join(str(e).split())[:300]
-        raise InputError(f"{directory}: cannot load a {kind} model (missing, truncated or garbled file?): {reason}") from None
-    return SCORERS[kind](model, tokenizer, **options)

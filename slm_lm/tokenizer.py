@@ -6,6 +6,7 @@ masked and T-TA LMs; a list without it (as ESPnet's asr.sh writes) is valid too.
 normalise it first (`slm_lm.text_norm.normalize_librispeech`) as the training text was.
 """
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -14,10 +15,21 @@ import sentencepiece as spm
 from slm_lm.errors import InputError
 from slm_lm.fileio import write_atomic
 
-__all__ = ["Tokenizer", "read_token_list", "check_token_list", "BLANK", "UNK", "MASK", "SOS_EOS"]
+__all__ = ["Tokenizer", "read_token_list", "check_token_list", "check_unknown", "BLANK", "UNK", "MASK", "SOS_EOS",
+           "BPE_MODEL_FILE", "TOKEN_LIST_FILE", "UNKNOWN_CHOICES"]
 
 BLANK, UNK, MASK, SOS_EOS = "<blank>", "<unk>", "<mask>", "<sos/eos>"
 _LAYOUT = ((0, BLANK), (1, UNK), (-1, SOS_EOS))
+BPE_MODEL_FILE, TOKEN_LIST_FILE = "bpe.model", "tokens.txt"
+# What encoding does with text the tokenizer does not know: raise InputError, or map it to <unk>.
+UNKNOWN_CHOICES = ("error", "unk")
+
+
+def check_unknown(unknown: str) -> str:
+    """`unknown` if it is one of `UNKNOWN_CHOICES`, else ValueError."""
+    if unknown not in UNKNOWN_CHOICES:
+        raise ValueError(f"unknown must be 'error' or 'unk', got {unknown!r}")
+    return unknown
 
 
 def check_token_list(tokens: list, source: str = "token list") -> list:
@@ -102,14 +114,20 @@ class Tokenizer:
     def from_dir(cls, directory) -> "Tokenizer":
         """Load `bpe.model` and `tokens.txt` from `directory`."""
         directory = Path(directory)
-        return cls(directory / "bpe.model", directory / "tokens.txt")
+        return cls(directory / BPE_MODEL_FILE, directory / TOKEN_LIST_FILE)
 
     def save(self, directory) -> None:
         """Write `bpe.model` and `tokens.txt` into `directory` (each atomically)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        write_atomic(directory / "bpe.model", self._model_bytes)
-        write_atomic(directory / "tokens.txt", ("\n".join(self.token_list) + "\n").encode("utf-8"))
+        write_atomic(directory / BPE_MODEL_FILE, self._model_bytes)
+        write_atomic(directory / TOKEN_LIST_FILE, ("\n".join(self.token_list) + "\n").encode("utf-8"))
+
+    def digest(self) -> str:
+        """16 hex digits identifying this tokenizer: the sentencepiece model and the token list."""
+        digest = hashlib.sha1(self._model_bytes)
+        digest.update("\n".join(self.token_list).encode())
+        return digest.hexdigest()[:16]
 
     def encode(self, text: str, unknown: str = "error") -> list:
         """Token-list indices of the pieces of `text` (no boundary tokens).
@@ -117,8 +135,7 @@ class Tokenizer:
         A character the model does not know raises InputError naming it (`unknown="error"`) or
         becomes `<unk>` (`unknown="unk"`).
         """
-        if unknown not in ("error", "unk"):
-            raise ValueError(f"unknown must be 'error' or 'unk', not {unknown!r}")
+        check_unknown(unknown)
         sp_ids = self.sp.encode(text)
         if unknown == "error" and self._sp_unk in sp_ids:
             proto = self.sp.encode(text, out_type="immutable_proto")

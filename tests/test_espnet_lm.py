@@ -145,7 +145,7 @@ def test_shipped_configs_parse_and_hold_paper_hyper_parameters(tmp_path):
     the paper's settings (8192 tokens, 125k updates, AdamW 0.9/0.98 eps 1e-6 wd 0.01, 10k warm-up to
     5e-4 then linear decay to 0)."""
     from slm_lm.bin.lm_train import get_parser
-    from slm_lm.espnet_lm.checks import lm_config
+    from slm_lm.config import lm_config
     from slm_lm.espnet_lm.task import check_options
 
     conf = REPO / "egs" / "librispeech_slm" / "conf"
@@ -185,7 +185,7 @@ def test_slm_validation_loss_drops_and_loads_into_scorer(data, tmp_path):
     least 0.25 nats below the epoch-1 valid loss and 0.3 below the train unigram entropy (so the model
     uses context; an untrained model scores about log V, checked below). The experiment directory
     loads into Scorer.from_pretrained with ESPnet's averaged weights."""
-    from slm_lm.espnet_lm.export import load_espnet_experiment
+    from slm_lm.model_dir import load_espnet_experiment
     from slm_lm.models import model_from_config
     from slm_lm.scorer import Scorer
 
@@ -213,7 +213,7 @@ def test_slm_validation_loss_drops_and_loads_into_scorer(data, tmp_path):
 
     state = torch.load(out / "valid.loss.ave.pth", map_location="cpu")
     for name, value in scorer.model.state_dict().items():
-        torch.testing.assert_close(value, state[f"lm.backbone.{name}"])
+        torch.testing.assert_close(value, state[f"lm.model.{name}"])
 
 
 @pytest.mark.parametrize("kind", ["clm", "mlm", "bilm", "tta"])
@@ -264,7 +264,7 @@ def test_autocast_runs_the_model_in_bfloat16_and_the_loss_in_float32():
         torch.manual_seed(0)
         model = SlmESPnetLanguageModel(SlidingLMForESPnet(20, size="tiny"), 20, autocast=autocast)
         seen = []
-        model.lm.backbone.head.register_forward_hook(lambda module, args, output: seen.append(output.dtype))
+        model.lm.model.head.register_forward_hook(lambda module, args, output: seen.append(output.dtype))
         loss, _, _ = model(text, lengths)
         assert seen == [dtype] and loss.dtype == torch.float32 and torch.isfinite(loss)
     with pytest.raises(ValueError, match="int8"):
@@ -402,8 +402,8 @@ def test_cli_reports_input_error_in_one_line(data, tmp_path):
     assert "missing_tokens.txt" in str(info.value)
 
 
-def test_export_errors(data, tmp_path):
-    from slm_lm.espnet_lm.export import load_espnet_experiment
+def test_espnet_experiment_errors(data, tmp_path):
+    from slm_lm.model_dir import load_espnet_experiment
 
     tokens = (data["root"] / "tok" / "tokens.txt").read_text().splitlines()
     config = {"lm": "transformer", "token_list": tokens, "bpemodel": str(data["root"] / "tok" / "bpe.model"),
@@ -414,11 +414,11 @@ def test_export_errors(data, tmp_path):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({**config, "lm": "slm"}))
     with pytest.raises(InputError, match="no trained weights"):
         load_espnet_experiment(tmp_path)
-    torch.save({"lm.backbone.unexpected": torch.zeros(1)}, tmp_path / "latest.pth")
+    torch.save({"lm.model.unexpected": torch.zeros(1)}, tmp_path / "latest.pth")
     with pytest.raises(InputError, match="latest.pth: weights do not match"):
         load_espnet_experiment(tmp_path)
 
 
-def test_export_does_not_import_espnet():
-    code = "import sys, slm_lm, slm_lm.espnet_lm.export; assert 'espnet2' not in sys.modules, 'espnet imported'"
+def test_loading_an_espnet_experiment_does_not_import_espnet():
+    code = "import sys, slm_lm, slm_lm.model_dir; assert 'espnet2' not in sys.modules, 'espnet imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)

@@ -78,7 +78,7 @@ def asr_exp(data, tmp_path_factory):  # noqa: F811
 
 
 def load_lm(exp: Path):
-    from slm_lm.espnet_lm.export import find_checkpoint, load_espnet_experiment
+    from slm_lm.model_dir import find_checkpoint, load_espnet_experiment
 
     return find_checkpoint(exp), load_espnet_experiment(exp)[0]
 
@@ -106,7 +106,7 @@ def test_clm_scores_in_espnet_beam_search_equal_its_token_logprobs():
             hyps = beam(torch.zeros(maxlen, 1), maxlenratio=0.0, minlenratio=0.0)
         assert {len(h.yseq) <= maxlen + 1 for h in hyps} == {True, False}  # both kinds of ending occur
         for h in hyps:
-            logprobs = token_logprobs(lm.backbone, h.yseq)
+            logprobs = token_logprobs(lm.model, h.yseq)
             expected = logprobs.sum() if len(h.yseq) <= maxlen + 1 else logprobs[:-1].sum()
             assert float(h.scores["lm"]) == pytest.approx(float(expected), abs=1e-4), h.yseq.tolist()
             compared += 1
@@ -147,7 +147,7 @@ def test_speech2text_with_clm_shallow_fusion(asr_exp):
                       lm_weight=0.5, ctc_weight=0.3, beam_size=3, nbest=3, maxlenratio=0.0, device="cpu")
     fused = s2t.beam_search.full_scorers["lm"]
     for name, value in model.state_dict().items():
-        torch.testing.assert_close(fused.backbone.state_dict()[name], value)
+        torch.testing.assert_close(fused.model.state_dict()[name], value)
     speech = torch.tensor(soundfile.read(asr_exp / "spk1-utt1.wav", dtype="float32")[0])
     maxlen = s2t.asr_model.encode(speech[None], torch.tensor([len(speech)]))[0].shape[1]
     results = s2t(speech)

@@ -17,7 +17,8 @@ from transformers import (
 )
 
 from slm_lm.errors import InputError
-from slm_lm.hf import HFCausalScorer, HFMaskedScorer, HFTokenizer, apply_case, load_hf_scorer
+from slm_lm.hf import HFCausalScorer, HFMaskedScorer, HFTokenizer, apply_case
+from slm_lm.model_dir import load_hf_scorer, load_tokenizer, save_tokenizer
 from slm_lm.score_cache import lm_scores
 from slm_lm.scorer import load_scorer
 
@@ -225,8 +226,8 @@ def test_tokenizer_adapter_round_trip(dirs, tmp_path):
     ids = tokenizer.encode("THE CAT")
     assert tokenizer.decode(ids) == "the cat"
     assert tokenizer.pieces("THE CAT") == [tokenizer.id_to_piece(i) for i in ids] == ["t", "he", "Ġcat"]
-    tokenizer.save(tmp_path / "saved")
-    again = HFTokenizer.from_dir(tmp_path / "saved")
+    save_tokenizer(tokenizer, tmp_path / "saved")
+    again = load_tokenizer(tmp_path / "saved", hf=True)
     assert again.case == "lower" and again.encode("THE CAT") == ids and again.vocab_size == tokenizer.vocab_size
 
 

@@ -12,8 +12,8 @@ from slm_lm import build_lm, pretrained
 from slm_lm.bin import init_slm
 from slm_lm.bpe import train_bpe
 from slm_lm.errors import InputError
-from slm_lm.hf import load_hf_scorer
 from slm_lm.init_from_mlm import from_our_checkpoint, hf_to_slm_lm, slm_from_hf
+from slm_lm.model_dir import VOCAB_TENSORS, load_hf_scorer
 from slm_lm.models import MaskedLM, SlidingLM
 from slm_lm.scorer import Scorer
 
@@ -122,12 +122,12 @@ def test_cli_writes_a_loadable_pretrained_dir(mlm_dir, hf_dirs, tmp_path):
 
 
 class EspnetLike(torch.nn.Module):
-    """Parameter layout of slm_lm's ESPnet LM model: `lm.backbone.*`."""
+    """Parameter layout of slm_lm's ESPnet LM model: `lm.model.*`."""
 
-    def __init__(self, backbone):
+    def __init__(self, model):
         super().__init__()
         self.lm = torch.nn.Module()
-        self.lm.backbone = backbone
+        self.lm.model = model
 
 
 def test_cli_espnet_init_param(mlm_dir, hf_dirs, tmp_path):
@@ -136,7 +136,7 @@ def test_cli_espnet_init_param(mlm_dir, hf_dirs, tmp_path):
     mlm = Scorer.from_pretrained(mlm_dir).model
     target = EspnetLike(build_lm("slm", mlm.config.vocab_size, **conf))
     load_pretrained_model(str(tmp_path / "ours" / "lm.pth"), target, ignore_init_mismatch=False)
-    assert all(torch.equal(v, mlm.state_dict()[k]) for k, v in target.lm.backbone.state_dict().items())
+    assert all(torch.equal(v, mlm.state_dict()[k]) for k, v in target.lm.model.state_dict().items())
     assert (tmp_path / "ours" / "tokens.txt").read_text() == (mlm_dir / "tokens.txt").read_text()
 
     # a shipped model by name, carried over as it is with its own tokenizer (the mini recipe's stage 5)
@@ -148,18 +148,18 @@ def test_cli_espnet_init_param(mlm_dir, hf_dirs, tmp_path):
     books = Scorer.from_pretrained("slm-books").model
     target = EspnetLike(build_lm("slm", books.config.vocab_size, **conf))
     load_pretrained_model(str(tmp_path / "books" / "lm.pth"), target, ignore_init_mismatch=False)
-    assert all(torch.equal(v, books.state_dict()[k]) for k, v in target.lm.backbone.state_dict().items())
+    assert all(torch.equal(v, books.state_dict()[k]) for k, v in target.lm.model.state_dict().items())
 
     # BERT body into an SLM over another (ESPnet sentencepiece) vocabulary: everything but the vocabulary.
     init_slm.main(["--from", str(hf_dirs["bert"]), "--out", str(tmp_path / "bert"), "--format", "espnet"])
     conf = yaml.safe_load((tmp_path / "bert" / "lm_conf.yaml").read_text())["lm_conf"]
     target = EspnetLike(build_lm("slm", 77, **conf))
-    fresh_tokens = target.lm.backbone.embed.tokens.weight.clone()
+    fresh_tokens = target.lm.model.embed.tokens.weight.clone()
     load_pretrained_model(str(tmp_path / "bert" / "lm.pth"), target, ignore_init_mismatch=False)
     bert = slm_from_hf(hf_dirs["bert"]).model.state_dict()
-    got = target.lm.backbone.state_dict()
+    got = target.lm.model.state_dict()
     assert torch.equal(got["embed.tokens.weight"], fresh_tokens)
-    assert all(torch.equal(got[k], v) for k, v in bert.items() if k not in init_slm.VOCAB_TENSORS)
+    assert all(torch.equal(got[k], v) for k, v in bert.items() if k not in VOCAB_TENSORS)
 
 
 def test_cli_errors(tmp_path, capsys):

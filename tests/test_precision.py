@@ -62,7 +62,7 @@ def test_espnet_model_conf_autocast_auto(monkeypatch, flags, expected):
     torch.manual_seed(0)
     model = SlmESPnetLanguageModel(SlidingLMForESPnet(20, size="tiny"), 20, autocast="auto")
     seen = []
-    model.lm.backbone.head.register_forward_hook(lambda module, args, output: seen.append(output.dtype))
+    model.lm.model.head.register_forward_hook(lambda module, args, output: seen.append(output.dtype))
     loss, _, _ = model(torch.tensor([[5, 6, 7], [8, 9, 0]]), torch.tensor([3, 2]))
     assert seen == [expected] and loss.dtype == torch.float32 and torch.isfinite(loss)
 

@@ -1,7 +1,6 @@
 """slm-pretrain: corpus encoding, length-bucketed batches, the budgeted schedule, resume and the fp16 export."""
 import json
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +18,6 @@ AND THE SPIRIT OF GOD MOVED UPON THE FACE OF THE WATERS
 AND GOD SAID LET THERE BE LIGHT AND THERE WAS LIGHT
 IT'S A QUICK BROWN FOX JUMPING OVER THE LAZY DOG
 """
-ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--n-layers", "1", "--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--max-positions", "64",
         "--batch-tokens", "256", "--threads", "1"]
 
@@ -229,35 +227,3 @@ def test_corrupt_corpus_is_a_clear_error(tmp_path):
     (tmp_path / "x.ids.xz").write_bytes(b"not lzma")
     with pytest.raises(InputError, match="x.ids.xz: cannot read the encoded corpus"):
         load_corpus(tmp_path / "x.ids.xz")
-
-
-def test_average_models_averages_the_weights_of_runs_of_one_kind_and_shape(data, tmp_path):
-    """local/average_models.py: the mean of two runs' fp16 weights, the first run's config and tokenizer,
-    both cards recorded; another kind, or writing over a model, is a clear error."""
-    import importlib.util
-
-    from safetensors.torch import load_file
-
-    spec = importlib.util.spec_from_file_location("average_models", ROOT / "local" / "average_models.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    directory, _ = data
-    run = ["train", "--data", str(directory), "--updates", "20", "--lr", "3e-3", *TINY]
-    for name, kind, seed in (("a", "slm", "0"), ("b", "slm", "1"), ("c", "clm", "0")):
-        pretrain_cli.main(run + ["--kind", kind, "--seed", seed, "--out", str(tmp_path / name)])
-    (a, b, c), out = [tmp_path / name / "model" for name in "abc"], tmp_path / "soup"
-    script.main(["--model", str(a), "--model", str(b), "--out", str(out)])
-    wa, wb, mean = (load_file(str(m / "model.safetensors")) for m in (a, b, out))
-    assert set(mean) == set(wa) and any(not torch.equal(wa[k], wb[k]) for k in wa)
-    for k in wa:
-        expected = ((wa[k].float() + wb[k].float()) / 2).half()
-        assert mean[k].dtype == torch.float16 and torch.allclose(mean[k].float(), expected.float(), atol=1e-3), k
-    assert (out / "config.json").read_text() == (a / "config.json").read_text()
-    card = json.loads((out / "training.json").read_text())
-    assert card["averaged_from"] == [str(a), str(b)] and [c["seed"] for c in card["cards"]] == [0, 1]
-    assert Scorer.from_pretrained(out).model.config.kind == "slm"
-    with pytest.raises(SystemExit, match=r"c/model/config.json: not the config of .*a/model \(kind differ\)"):
-        script.main(["--model", str(a), "--model", str(c), "--out", str(tmp_path / "bad")])
-    with pytest.raises(SystemExit, match=r"is one of the models to average"):
-        script.main(["--model", str(a), "--model", str(b), "--out", str(a)])
-    assert not (tmp_path / "bad").exists()

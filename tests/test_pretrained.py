@@ -3,7 +3,6 @@ entry point, and still measuring what their model cards say."""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,9 +12,7 @@ from slm_lm import pretrained
 from slm_lm.errors import InputError
 from slm_lm.scorer import Scorer
 
-REPO = Path(__file__).resolve().parents[1]
 SHIPPED = ("slm-books", "clm-books")
-sys.path.insert(0, str(REPO / "local"))
 
 
 def test_the_books_models_are_shipped_small_and_fp16():
@@ -52,7 +49,7 @@ def test_loading_by_name_everywhere_gives_the_same_scores(tmp_path):
 def test_card_check_figures_are_reproduced(name):
     """BLiMP (10 pairs per paradigm) and dev_clean rescoring (200 utterances, the card's lambda) give the
     card's figures again: the shipped fp16 weights are the ones the card describes."""
-    from pretrained_card import check_figures
+    from slm_lm.bin.model_card import check_figures
 
     card = json.loads((pretrained.path(name) / "card.json").read_text())["check"]
     got = check_figures(name, card["lambda"])
@@ -64,7 +61,7 @@ def test_card_check_figures_are_reproduced(name):
 
 
 def test_card_of_a_continued_run_keeps_its_start():
-    from pretrained_card import card_markdown
+    from slm_lm.bin.model_card import card_markdown
     card = json.loads((pretrained.ROOT / "slm-books" / "card.json").read_text())
     start = {"name": "slm-books", "machine": "an older CPU", "command": "slm-pretrain train --minutes 120 FIRST",
              "training": dict(card["training"], spent_minutes=120.0, tokens_seen=1000)}
@@ -78,10 +75,10 @@ def test_card_of_a_continued_run_keeps_its_start():
 
 
 def test_card_started_from_copies_the_shipped_start_and_refuses_an_unshipped_one():
-    from pretrained_card import started_from
+    from slm_lm.bin.model_card import started_from
     card = json.loads((pretrained.ROOT / "slm-books" / "card.json").read_text())
     assert started_from({"kind": "slm"}) == []
     chain = started_from({"init": "slm-books"})
     assert chain == card["started_from"] + [{k: card[k] for k in ("name", "machine", "command", "training")}]
-    with pytest.raises(SystemExit, match="not a shipped model"):
+    with pytest.raises(InputError, match="not a shipped model"):
         started_from({"init": "exp/some/model"})

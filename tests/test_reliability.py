@@ -119,7 +119,7 @@ def test_bad_model_files_give_one_line_exit_2_from_every_cli(case, model_dir, tm
 def test_truncated_safetensors_and_espnet_pth(model_dir, tmp_path):
     from safetensors.torch import save_file
 
-    from slm_lm.espnet_lm.export import load_weights
+    from slm_lm.model_dir import load_espnet_weights
 
     model = copy_model(model_dir, tmp_path)
     state = torch.load(model / "model.pt", weights_only=True)
@@ -132,10 +132,10 @@ def test_truncated_safetensors_and_espnet_pth(model_dir, tmp_path):
     with pytest.raises(InputError, match="model.safetensors: not a readable safetensors file"):
         load_scorer(str(model))
     pth = tmp_path / "valid.loss.ave.pth"
-    torch.save({"lm.backbone." + k: v for k, v in state.items()}, pth)
+    torch.save({"lm.model." + k: v for k, v in state.items()}, pth)
     _truncate(pth)
     with pytest.raises(InputError, match="valid.loss.ave.pth: not a readable torch weights file"):
-        load_weights(build_lm("slm", 40, size="tiny", max_positions=48), pth)
+        load_espnet_weights(build_lm("slm", 40, size="tiny", max_positions=48), pth)
 
 
 def write_nbest(tmp_path, name, hyps, refs):

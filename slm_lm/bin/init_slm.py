@@ -5,7 +5,7 @@ Hugging Face BertForMaskedLM / RobertaForMaskedLM directory saved on disk. Our m
 carried over as it is (e.g. `--from slm-books --format espnet`: fine-tune the shipped SLM with ESPnet's
 trainer). Outputs:
   --format pretrained (default): a save_pretrained directory, scored with slm-score / slm-rescore.
-  --format espnet: OUT/lm.pth with `lm.backbone.*` keys for ESPnet's `--init_param OUT/lm.pth`, and
+  --format espnet: OUT/lm.pth with `lm.model.*` keys for ESPnet's `--init_param OUT/lm.pth`, and
     OUT/lm_conf.yaml, the `lm_conf` the training config must use so that the shapes match. From our
     models also OUT/tokens.txt and OUT/bpe.model, the model's own tokenizer, for ESPnet's --token_list
     and --bpemodel. From a Hugging Face model only the vocabulary-independent weights are written (the
@@ -14,13 +14,7 @@ trainer). Outputs:
 import argparse
 from pathlib import Path
 
-import torch
-
 from slm_lm.errors import InputError, fail
-from slm_lm.model_files import read_json
-
-ESPNET_PREFIX = "lm.backbone."
-VOCAB_TENSORS = ("embed.tokens.weight", "head.embedding.weight", "head.bias")  # tied pair + output bias
 
 
 def parse_args(argv=None):
@@ -35,50 +29,22 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def is_hf_dir(directory: Path) -> bool:
-    """A Hugging Face model directory: config.json with a `model_type`."""
-    config = directory / "config.json"
-    return config.exists() and "model_type" in read_json(config)
-
-
-def save_espnet(scorer, out: Path, vocabulary: bool) -> list:
-    """Write OUT/lm.pth (`lm.backbone.*`), OUT/lm_conf.yaml and, with the vocabulary, the tokenizer files;
-    returns the left-out parameter names."""
-    import yaml
-
-    from slm_lm.fileio import atomic_open, write_atomic
-
-    out.mkdir(parents=True, exist_ok=True)
-    state = scorer.model.state_dict()
-    left_out = [] if vocabulary else [k for k in VOCAB_TENSORS if k in state]
-    weights = {ESPNET_PREFIX + k: v for k, v in state.items() if k not in left_out}
-    if vocabulary:
-        scorer.tokenizer.save(out)
-    conf = scorer.model.config.to_dict()
-    for key in ("kind", "vocab_size", "mask_id"):  # ESPnet's token list sets these
-        conf.pop(key)
-    with atomic_open(out / "lm.pth", "wb") as f:
-        torch.save(weights, f)
-    write_atomic(out / "lm_conf.yaml", yaml.safe_dump({"lm_conf": conf}, sort_keys=False))
-    return left_out
-
-
 def main(argv=None):
     args = parse_args(argv)
-    from slm_lm import pretrained
+    from slm_lm import model_dir, pretrained
     from slm_lm.init_from_mlm import from_our_checkpoint, slm_from_hf
 
     source, out = Path(args.source), Path(args.out)
     try:
         if not source.is_dir() and pretrained.path(args.source) is None:
             raise InputError(f"{source}: no such model directory, and no shipped model of that name")
-        hf = is_hf_dir(source)
+        hf = model_dir.is_hf_model_dir(source)
         scorer = slm_from_hf(source, args.kind, args.case) if hf else from_our_checkpoint(args.source, args.kind)
         if args.format == "pretrained":
             scorer.save_pretrained(out)
             print(f"wrote {out} ({args.kind} from {'Hugging Face' if hf else 'our'} weights in {source})")
         else:
-            left_out = save_espnet(scorer, out, vocabulary=not hf)
+            left_out = model_dir.save_espnet_init(out, scorer.model, None if hf else scorer.tokenizer)
             print(f"wrote {out}/lm.pth and {out}/lm_conf.yaml; train with --init_param {out}/lm.pth and that lm_conf"
                   + ("" if hf else f", --token_list {out}/tokens.txt --bpemodel {out}/bpe.model"))
             if left_out:

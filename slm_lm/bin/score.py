@@ -13,6 +13,7 @@ from pathlib import Path
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import atomic_open
 from slm_lm.precision import DTYPE_CHOICES
+from slm_lm.tokenizer import UNKNOWN_CHOICES
 
 
 def parse_args(argv=None):
@@ -26,7 +27,7 @@ def parse_args(argv=None):
     p.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES, help="compute dtype (auto: bf16 where native)")
     p.add_argument("--max-tokens", type=int, default=8192, help="padded tokens per batch")
     p.add_argument("--truncate", action="store_true", help="score only the first tokens of over-long sentences")
-    p.add_argument("--unknown", default="error", choices=["error", "unk"], help="unknown characters: fail or map to <unk>")
+    p.add_argument("--unknown", default="error", choices=UNKNOWN_CHOICES, help="unknown characters: fail or map to <unk>")
     p.add_argument("--no-normalize", action="store_true", help="do not apply LibriSpeech-style normalisation")
     p.add_argument("--whole-words", action="store_true",
                    help="whole-word scoring: each piece without the later pieces of its own word (PLL-word-l2r)")

@@ -1,11 +1,10 @@
-"""Checks of ESPnet LM-training inputs (token list, lm_conf, text and shape files) -> `InputError`.
+"""Checks of ESPnet LM-training inputs (token list, text and shape files) -> `InputError`.
 
-No ESPnet import here: `export` uses these checks when loading an experiment for scoring.
+No ESPnet import here.
 """
 import argparse
-from dataclasses import fields
 
-from slm_lm.config import SIZES, LMConfig
+from slm_lm.config import MASK_KINDS
 from slm_lm.errors import InputError
 from slm_lm.fileio import read_text_lines
 from slm_lm.tokenizer import MASK, check_token_list
@@ -13,8 +12,6 @@ from slm_lm.tokenizer import read_token_list as read_tokens_file
 
 # Tokens an utterance takes beyond its pieces: <sos/eos> on both sides.
 BOUNDARY_TOKENS = 2
-# The kinds whose models use the <mask> token (the SLM's query stream, the MLM's masked positions, T-TA's query input).
-MASK_KINDS = ("slm", "mlm", "tta")
 
 
 def config_source(args: argparse.Namespace) -> str:
@@ -36,22 +33,6 @@ def kind_token_list(kind: str, token_list) -> list:
     if kind in MASK_KINDS and tokens[-2] != MASK:
         tokens = [*tokens[:-1], MASK, tokens[-1]]
     return tokens
-
-
-def lm_config(kind: str, vocab_size: int, lm_conf: dict, where: str) -> LMConfig:
-    """The `LMConfig` that `--lm kind --lm_conf ...` describes; bad keys or values raise `InputError`."""
-    allowed = {"size"} | {f.name for f in fields(LMConfig)} - {"kind", "vocab_size"}
-    unknown = sorted(set(lm_conf) - allowed)
-    if unknown:
-        raise InputError(f"{where}: lm_conf: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
-    conf = dict(lm_conf)
-    size = conf.pop("size", "small")
-    if size not in SIZES:
-        raise InputError(f"{where}: lm_conf: size {size!r} is not one of {sorted(SIZES)}")
-    try:
-        return LMConfig.from_size(kind, vocab_size, size, **conf)
-    except (ValueError, TypeError) as e:
-        raise InputError(f"{where}: lm_conf: {e}") from None
 
 
 def read_shape_file(path: str, max_tokens: int) -> dict:

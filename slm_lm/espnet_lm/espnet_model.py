@@ -30,7 +30,7 @@ class SlmESPnetLanguageModel(ESPnetLanguageModel):
     """loss = the kind's summed cross-entropy / predicted tokens; weight = predicted tokens.
 
     An `ESPnetLanguageModel` (ESPnet's LM task builds it from `model: slm_lm` in config.yaml, with the
-    LM as `self.lm`, so parameter names are `lm.backbone.*`) whose `nll` is the kind's sentence score:
+    LM as `self.lm`, so parameter names are `lm.model.*`) whose `nll` is the kind's sentence score:
     exact for slm/clm/bilm/tta, the pseudo-log-likelihood for mlm. `lm_calc_perplexity` uses it.
 
     `autocast` (`model_conf: {autocast: bfloat16}`) runs the training/validation loss under
@@ -52,13 +52,13 @@ class SlmESPnetLanguageModel(ESPnetLanguageModel):
         """
         width = int(text_lengths.max()) if max_length is None else max_length
         tokens, lengths = sentence_batch(text[:, :width], text_lengths, self.eos)
-        nll = -self.lm.backbone.token_logprobs(tokens, lengths)[:, 1:]
+        nll = -self.lm.model.token_logprobs(tokens, lengths)[:, 1:]
         return nll, lengths - 1
 
     def forward(self, text: torch.Tensor, text_lengths: torch.Tensor, **kwargs):
         tokens, lengths = sentence_batch(text[:, : int(text_lengths.max())], text_lengths, self.eos)
         with precision.autocast(tokens.device, precision.resolve_dtype(self.autocast, tokens.device)):
-            loss_sum, n_predicted = self.lm.backbone.loss(tokens, lengths)
+            loss_sum, n_predicted = self.lm.model.loss(tokens, lengths)
         loss = loss_sum / n_predicted
         stats = dict(loss=loss.detach())
         weight = torch.tensor(n_predicted, device=loss.device)

@@ -11,6 +11,7 @@ from typing import Any, List, Tuple
 import torch
 from espnet2.lm.abs_model import AbsLM
 
+from slm_lm.model_dir import rename_former_espnet_keys
 from slm_lm.models import LanguageModel, build_lm
 
 
@@ -26,16 +27,21 @@ def not_for_beam_search(kind: str) -> str:
 
 
 class SlmLMForESPnet(AbsLM):
-    """An slm_lm LM of the class's `kind` under ESPnet's `AbsLM` type; the model is `self.backbone`.
+    """An slm_lm LM of the class's `kind` under ESPnet's `AbsLM` type; the slm_lm model is `self.model`.
 
-    `--lm_conf` takes `size` (tiny, mini, small, base) and any `LMConfig` field as an override.
+    `--lm_conf` takes `size` (tiny, mini, small, base) and any `LMConfig` field as an override. Checkpoints
+    from before `model` was named `backbone` (`lm.backbone.*` keys) still load.
     """
 
     kind = ""
 
     def __init__(self, vocab_size: int, size: str = "small", **overrides):
         super().__init__()
-        self.backbone: LanguageModel = build_lm(self.kind, vocab_size, size, **overrides)
+        self.model: LanguageModel = build_lm(self.kind, vocab_size, size, **overrides)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        rename_former_espnet_keys(state_dict, prefix)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
 class BidirectionalLMForESPnet(SlmLMForESPnet):
@@ -91,7 +97,7 @@ class CausalLMForESPnet(SlmLMForESPnet):
 
         `cache` [n_layers, 2, B, heads, cached, head dim] holds the keys/values of the first positions.
         """
-        model = self.backbone
+        model = self.model
         length, limit = ys.shape[1], model.config.max_positions
         if length > limit:
             raise ValueError(f"a hypothesis of {length} tokens (with <sos>) exceeds the clm's max_positions="
@@ -112,7 +118,7 @@ class CausalLMForESPnet(SlmLMForESPnet):
     def forward(self, input: torch.Tensor, hidden: None) -> Tuple[torch.Tensor, None]:
         """ESPnet's LM contract: next-token logits [B, T, V] after each prefix of `input` [B, T]; no hidden state."""
         h, _ = self._states(input)
-        return self.backbone.head(h), None
+        return self.model.head(h), None
 
     def init_state(self, x: torch.Tensor):
         return None
@@ -130,7 +136,7 @@ class CausalLMForESPnet(SlmLMForESPnet):
         """
         cache = None if states[0] is None else torch.stack(states, dim=2)
         h, cache = self._states(ys, cache)
-        logits = self.backbone.head(h[:, -1])
+        logits = self.model.head(h[:, -1])
         logp = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
         return logp, [cache[:, :, b] for b in range(len(ys))]
 

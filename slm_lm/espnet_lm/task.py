@@ -15,8 +15,9 @@ from espnet2.tasks.abs_task import optim_classes, scheduler_classes
 from espnet2.tasks.lm import LMTask
 from typeguard import TypeCheckError
 
+from slm_lm.config import lm_config
 from slm_lm.errors import InputError
-from slm_lm.espnet_lm.checks import BOUNDARY_TOKENS, check_data, config_source, kind_token_list, lm_config
+from slm_lm.espnet_lm.checks import BOUNDARY_TOKENS, check_data, config_source, kind_token_list
 from slm_lm.espnet_lm.espnet_model import AUTOCAST_DTYPES
 from slm_lm.espnet_lm.lm import LM_CLASSES
 from slm_lm.espnet_lm.registry import MODEL_NAME, register_kinds

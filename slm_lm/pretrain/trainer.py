@@ -12,10 +12,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from slm_lm import model_dir
 from slm_lm.config import LMConfig
 from slm_lm.errors import InputError
 from slm_lm.fileio import atomic_open, write_atomic
-from slm_lm.model_files import KIND_KEY
 from slm_lm.models import model_from_config
 from slm_lm.precision import autocast, resolve_dtype
 from slm_lm.pretrain.corpus import batches, collate, load_corpus
@@ -254,21 +254,8 @@ class _TrainingRun:
 def export(model, tokenizer: Tokenizer, directory, card: dict, whole_words: bool = False) -> None:
     """Write a scoring-ready directory: fp16 `model.safetensors`, config.json, tokenizer, training.json.
     A model trained on whole words is scored on whole words by default (config.json's scorer section)."""
-    from safetensors.torch import save
-
-    from slm_lm.scorer import CONFIG_FILE, SAFETENSORS_FILE
-
-    directory = Path(directory)
-    # The head's projection is tied to the token embedding: store it once.
-    state = {k: v.detach().to("cpu", torch.float16).contiguous() for k, v in model.state_dict().items()
-             if k != "head.embedding.weight"}
-    write_atomic(directory / SAFETENSORS_FILE, save(state, metadata={KIND_KEY: model.config.kind}))
-    tokenizer.save(directory)
-    config = {"model": model.config.to_dict(), "scorer": {"normalize": True}}
-    if whole_words:
-        config["scorer"]["whole_words"] = True
-    write_atomic(directory / CONFIG_FILE, json.dumps(config, indent=2))
-    write_atomic(directory / "training.json", json.dumps(card, indent=2))
+    scorer_options = {"normalize": True, **({"whole_words": True} if whole_words else {})}
+    model_dir.export(directory, model, tokenizer, scorer_options, card)
 
 
 def initialise(model, spec: str, tokenizer: Tokenizer) -> None:
@@ -278,10 +265,10 @@ def initialise(model, spec: str, tokenizer: Tokenizer) -> None:
     the same (SLM, CLM, MLM and T-TA share one backbone: a CLM's or an MLM's weights can start an SLM, as
     the paper's BERT initialisation does).
     """
-    from slm_lm.scorer import Scorer, tokenizer_digest
+    from slm_lm.scorer import Scorer
 
     source = Scorer.from_pretrained(spec)
-    if tokenizer_digest(source.tokenizer) != tokenizer_digest(tokenizer):
+    if source.tokenizer.digest() != tokenizer.digest():
         raise InputError(f"--init {spec}: its tokenizer is not the one of the training data")
     theirs, ours = source.model.state_dict(), model.state_dict()
     misfits = sorted(set(theirs) ^ set(ours)) or [k for k in ours if theirs[k].shape != ours[k].shape]

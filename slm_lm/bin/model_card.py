@@ -1,5 +1,5 @@
-#!/usr/bin/env python3
-"""Ship a trained model into slm_lm/pretrained/NAME with its model card, or re-measure a card's checks.
+"""slm-model-card: ship a trained model into slm_lm/pretrained/NAME with its model card, or re-measure a
+card's checks.
 
   make:  copy an `slm-pretrain` model directory into the package (atomically: temp dir + rename, an
          older version of NAME is replaced), measure the check figures, and write card.json + README.md
@@ -9,30 +9,30 @@
          utterances' 10-best lists rescored (AM = 0.6*decoder + 0.4*ctc) with the card's lambda tuned
          on dev_other. tests/test_pretrained.py compares them with card.json.
 
-  python local/pretrained_card.py make --model exp/pretrain/cpu95/slm/model --name slm-books-cpu \
+  slm-model-card make --model exp/pretrain/cpu95/slm/model --name slm-books-cpu \
       --blimp exp/pretrain/eval/slm/blimp --rescore exp/pretrain/eval/slm/tune_clean exp/pretrain/eval/slm/tune_other \
       --command "bash local/pretrain_equal.sh ..."
-  python local/pretrained_card.py check slm-books-cpu
+  slm-model-card check slm-books-cpu
 """
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from slm_lm import pretrained  # noqa: E402
-from slm_lm.blimp import evaluate as blimp_evaluate, load_blimp  # noqa: E402
-from slm_lm.fileio import replace_dir, write_atomic  # noqa: E402
-from slm_lm.nbest import NbestSet, load_nbest  # noqa: E402
-from slm_lm.rescore import Weights, build_scored_set, evaluate  # noqa: E402
-from slm_lm.score_cache import lm_scores  # noqa: E402
-from slm_lm.scorer import load_scorer  # noqa: E402
+from slm_lm import model_dir, pretrained
+from slm_lm.blimp import evaluate as blimp_evaluate, load_blimp
+from slm_lm.errors import InputError, fail
+from slm_lm.fileio import replace_dir, write_atomic
+from slm_lm.nbest import NbestSet, load_nbest
+from slm_lm.rescore import Weights, build_scored_set, evaluate
+from slm_lm.score_cache import lm_scores
+from slm_lm.scorer import load_scorer
 
-SHARED = ROOT.parent / "shared"
-MODEL_FILES = ("model.safetensors", "config.json", "bpe.model", "tokens.txt", "training.json")
+# The data the check figures are measured on: ../shared beside the repository.
+SHARED = Path(__file__).resolve().parents[3] / "shared"
+CARD_FILE = "card.json"  # the card's figures; README.md is the card
+MODEL_FILES = (model_dir.SAFETENSORS_FILE, model_dir.CONFIG_FILE, *model_dir.TOKENIZER_FILES, model_dir.TRAINING_FILE)
 AM_WEIGHTS = {"decoder": 0.6, "ctc": 0.4}
 CHECK_BLIMP_PAIRS, CHECK_UTTS = 10, 200
 
@@ -67,9 +67,9 @@ def started_from(training: dict) -> list:
     if not init:
         return []
     if init not in pretrained.names():
-        raise SystemExit(f"training.json: started from {init!r}, which is not a shipped model with a card; "
+        raise InputError(f"training.json: started from {init!r}, which is not a shipped model with a card; "
                          "ship it first or train without --init")
-    start = json.loads((pretrained.ROOT / init / "card.json").read_text())
+    start = model_dir.read_json(pretrained.ROOT / init / CARD_FILE)
     return start.get("started_from", []) + [{k: start[k] for k in ("name", "machine", "command", "training")}]
 
 
@@ -117,7 +117,7 @@ def card_markdown(name: str, card: dict) -> str:
         card["command"],
         "```",
         "",
-        "Check figures (`python local/pretrained_card.py check " + name + "`, re-measured by tests/test_pretrained.py):",
+        "Check figures (`slm-model-card check " + name + "`, re-measured by tests/test_pretrained.py):",
         "",
         "```json",
         json.dumps(card["check"], indent=1),
@@ -129,18 +129,18 @@ def card_markdown(name: str, card: dict) -> str:
 
 def make(args) -> None:
     model, dest = Path(args.model), pretrained.ROOT / args.name
-    training = json.loads((model / "training.json").read_text())
-    blimp = json.loads((Path(args.blimp) / "blimp_results.json").read_text())
+    training = model_dir.read_json(model / model_dir.TRAINING_FILE)
+    blimp = model_dir.read_json(Path(args.blimp) / "blimp_results.json")
     rescoring = []
     for run in args.rescore:
-        tuning = json.loads((Path(run) / "tuning.json").read_text())
+        tuning = model_dir.read_json(Path(run) / "tuning.json")
         dev = [s for s in tuning["sets"] if s["role"] == "dev"][0]
         test = [s for s in tuning["sets"] if s["role"] == "test"][0]
         rescoring.append({"dev": dev["name"], "test": test["name"], "lambda": tuning["best"]["lambdas"][0],
                           "wer_am": test["wer_am"], "wer_rescored": test["wer_rescored"],
                           "wer_file": test["wer_file"], "wer_oracle": test["wer_oracle"]})
     lam = next(r["lambda"] for r in rescoring if r["dev"] == "dev_other")
-    cfg = json.loads((model / "config.json").read_text())["model"]
+    cfg = model_dir.read_json(model / model_dir.CONFIG_FILE)["model"]
     card = {
         "name": args.name,
         "shape": f"{cfg['n_layers']} layers, d {cfg['d_model']}, {cfg['n_heads']} heads, FFN {cfg['d_ff']}, "
@@ -158,7 +158,7 @@ def make(args) -> None:
     tmp = Path(tempfile.mkdtemp(dir=pretrained.ROOT, prefix=f".{args.name}."))
     for name in MODEL_FILES:
         shutil.copy2(model / name, tmp / name)
-    write_atomic(tmp / "card.json", json.dumps(card, indent=1))
+    write_atomic(tmp / CARD_FILE, json.dumps(card, indent=1))
     write_atomic(tmp / "README.md", card_markdown(args.name, card))
     for path in tmp.iterdir():
         path.chmod(0o644)  # readable by every user of an installed package (temp files are 0600)
@@ -167,7 +167,8 @@ def make(args) -> None:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="slm-model-card", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="action", required=True)
     mk = sub.add_parser("make")
     mk.add_argument("--model", required=True, help="slm-pretrain model directory (OUT/model)")
@@ -182,13 +183,16 @@ def main(argv=None):
     ck.add_argument("model", help="a shipped name or a model directory")
     ck.add_argument("--lambda", dest="lam", type=float, help="LM weight (default: the card's)")
     args = parser.parse_args(argv)
-    if args.action == "make":
-        make(args)
-    else:
-        lam = args.lam
-        if lam is None:
-            lam = json.loads((Path(pretrained.path(args.model) or args.model) / "card.json").read_text())["check"]["lambda"]
-        print(json.dumps(check_figures(args.model, lam)))
+    try:
+        if args.action == "make":
+            make(args)
+        else:
+            lam = args.lam
+            if lam is None:
+                lam = model_dir.read_json(model_dir.resolve(args.model) / CARD_FILE)["check"]["lambda"]
+            print(json.dumps(check_figures(args.model, lam)))
+    except InputError as e:
+        fail("slm-model-card", e)
 
 
 if __name__ == "__main__":
