@@ -4,7 +4,6 @@ Writes `out_dir`/checkpoint.pt (resume), curve.tsv (budget minutes, updates, tok
 with `content_loss` the train column is the whole objective per query-stream token) and the scoring-ready
 `out_dir`/model/ (see `export`) with its card (training.json), all refreshed at every validation.
 """
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
