@@ -1,8 +1,11 @@
 """The scripts stand alone: none under local/ or a recipe's local/ edits sys.path or imports another script
 (code they share lives in the slm_lm package), top-level local/ holds the environment scripts and one folder
-per kind of script, and every top-level script path that a script, the package or BENCHMARKS.md names exists."""
+per kind of script, each of its Python scripts answers --help, and every top-level script path that a script, the
+package or BENCHMARKS.md names exists."""
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,6 +53,15 @@ def test_the_check_finds_path_edits_and_script_imports(tmp_path):
 def test_top_level_local_holds_the_environment_scripts_and_one_folder_per_kind_of_script():
     top = [p.name for p in (ROOT / "local").iterdir() if not p.name.startswith(("__", "."))]
     assert sorted(top) == ["analyses", "benchmarks", "gpu", "run_tests.sh", "setup_env.sh"]
+
+
+LOCAL_SCRIPTS = sorted((ROOT / "local").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", LOCAL_SCRIPTS, ids=[str(p.relative_to(ROOT)) for p in LOCAL_SCRIPTS])
+def test_a_script_answers_help(path):
+    proc = subprocess.run([sys.executable, str(path), "--help"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and re.search(rf"^usage: \S*{path.name} ", proc.stdout, re.M), proc.stderr[-2000:]
 
 
 def test_every_named_script_path_exists():

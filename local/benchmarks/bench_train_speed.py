@@ -17,7 +17,8 @@ own copy of the same initial weights), and adds the column "vs float32": the bf1
 side by side.
 
 Example: python local/benchmarks/bench_train_speed.py --size mini --tokens 2048 --threads 2
-         python local/benchmarks/bench_train_speed.py --device cuda --dtype bfloat16 --size small --tokens 16384 --length 128 --matmul-size 8192
+         python local/benchmarks/bench_train_speed.py --device cuda --dtype bfloat16 --size small --tokens 16384 \
+             --length 128 --matmul-size 8192
 """
 import argparse
 import json

@@ -5,7 +5,8 @@ Each kind is built at `--size` with random weights (seed 0: parity is a property
 training) and scores the same held-out sentences (the first `--sentences` of DATA/valid.ids.xz, decoded)
 through `Scorer` twice: in float32, then under bf16 autocast.
 
-  python local/benchmarks/bf16_parity.py --data exp/gpu/data --device cuda --size small --sentences 200 --json parity.json
+  python local/benchmarks/bf16_parity.py --data exp/gpu/data --device cuda --size small --sentences 200 \
+      --json parity.json
 """
 import argparse
 import json

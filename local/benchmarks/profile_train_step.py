@@ -5,7 +5,8 @@ Trains `--kind` (slm-pretrain's model shape options) on the first `--batches` ba
 (`slm-pretrain encode` output) once untimed, so kernels and caches are warm, then once under the profiler,
 and prints the CPU seconds of that pass and the top operators by self CPU time.
 
-Example: python local/benchmarks/profile_train_step.py --corpus exp/pretrain/data/valid.ids.xz --kind slm --dtype bfloat16
+Example: python local/benchmarks/profile_train_step.py --corpus exp/pretrain/data/valid.ids.xz --kind slm \
+    --dtype bfloat16
 """
 import argparse
 import random
