@@ -1,6 +1,6 @@
 """`pytest --device cuda` runs the tests that take the `device` fixture on that device (default: cpu).
 
-Those tests are marked `device`, so `pytest --device cuda -m device` runs only them (local/gpu_session.py).
+Those tests are marked `device`, so `pytest --device cuda -m device` runs only them (local/gpu/gpu_session.py).
 """
 import pytest
 import torch

@@ -20,7 +20,7 @@ NBEST = SHARED / "librispeech_nbest"
 
 
 def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "local" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "local" / "analyses" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = Path(__file__).resolve().parents[1] / "local" / "benchmarks"
 
 
 def test_scoring_benchmark_prints_latency_table_and_ratios(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "local" / "bench_scoring.py"), "--sizes", "tiny", "--lengths", "4,8",
+        [sys.executable, str(BENCHMARKS / "bench_scoring.py"), "--sizes", "tiny", "--lengths", "4,8",
          "--repeats", "1", "--threads", "1", "--vocab", "50", "--mlm-sample-chunks", "1",
          "--mlm-max-tokens", "20", "--json", str(out)],
         capture_output=True, text=True, check=True, timeout=300,
@@ -33,7 +33,7 @@ def test_scoring_benchmark_prints_latency_table_and_ratios(tmp_path):
     # n=8 with a 20-token chunk budget needs several PLL chunks: only one is timed, the cell is marked
     assert any(not r["exact"] for r in rows if r["kind"] == "mlm")
     assert all(r["exact"] for r in rows if r["kind"] != "mlm")
-    again = subprocess.run([sys.executable, str(ROOT / "local" / "bench_scoring.py"), "--from-json", str(out)],
+    again = subprocess.run([sys.executable, str(BENCHMARKS / "bench_scoring.py"), "--from-json", str(out)],
                            capture_output=True, text=True, check=True, timeout=120)
     assert again.stdout.strip() == proc.stdout.strip()  # the saved run prints the same tables
 
@@ -47,7 +47,7 @@ def test_real_path_benchmark_prints_ratio_table(tmp_path, dtype, kinds):
     breakdown is printed. bf16 runs for correctness only (this CPU may lack fast bf16)."""
     out = tmp_path / "real.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "local" / "bench_train_real.py"), "--kinds", ",".join(kinds), "--size", "tiny",
+        [sys.executable, str(BENCHMARKS / "bench_train_real.py"), "--kinds", ",".join(kinds), "--size", "tiny",
          "--tokens", "256", "--length", "16", "--epochs", "1", "--iters", "2", "--books", "1", "--threads", "1",
          "--matmul-size", "64", "--dtype", dtype, "--work-dir", str(tmp_path / "work"), "--json", str(out)],
         capture_output=True, text=True, check=True, timeout=300,
@@ -82,7 +82,7 @@ def test_train_speed_benchmark_interleaves_dtypes_and_prints_the_speedup(tmp_pat
     the printed tokens/s over the same kind's float32 tokens/s, MFU is against each dtype's own matmul peak."""
     out = tmp_path / "speed.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "local" / "bench_train_speed.py"), "--kinds", "slm,clm", "--size", "tiny",
+        [sys.executable, str(BENCHMARKS / "bench_train_speed.py"), "--kinds", "slm,clm", "--size", "tiny",
          "--tokens", "128", "--length", "16", "--steps", "1", "--threads", "1", "--matmul-size", "32",
          "--dtype", "float32,bfloat16", "--json", str(out)],
         capture_output=True, text=True, check=True, timeout=300,
@@ -101,7 +101,7 @@ def test_train_speed_benchmark_interleaves_dtypes_and_prints_the_speedup(tmp_pat
         mfu = 6 * params[kind] * 1e6 * float(cells[4]) / 1e12 / peaks[dtype]
         assert float(cells[7].strip(" %")) == pytest.approx(100 * mfu, rel=0.05, abs=0.1)
     for bad in ("float16", "float32,float32"):
-        proc = subprocess.run([sys.executable, str(ROOT / "local" / "bench_train_speed.py"), "--dtype", bad],
+        proc = subprocess.run([sys.executable, str(BENCHMARKS / "bench_train_speed.py"), "--dtype", bad],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and "--dtype" in proc.stderr
 
@@ -116,7 +116,7 @@ def test_profile_train_step_prints_the_pass_time_and_top_operators(tmp_path):
     pretrain_cli.main(["encode", "--bpe-dir", str(tmp_path / "bpe"), "--text", str(text),
                        "--out", str(tmp_path / "c.ids.xz")])
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "local" / "profile_train_step.py"), "--corpus", str(tmp_path / "c.ids.xz"),
+        [sys.executable, str(BENCHMARKS / "profile_train_step.py"), "--corpus", str(tmp_path / "c.ids.xz"),
          "--kind", "slm", "--dtype", "bfloat16", "--vocab", "43", "--n-layers", "1", "--d-model", "32",
          "--n-heads", "2", "--d-ff", "64", "--batch-tokens", "64", "--batches", "3", "--top", "5"],
         capture_output=True, text=True, check=True, timeout=300,

@@ -1,8 +1,8 @@
 """The equal-budget comparison's helpers on tiny inputs: N-best subsets, loss curves, the table."""
+import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,12 +14,20 @@ from slm_lm.nbest import load_nbest
 from slm_lm.scorer import Scorer
 
 ROOT = Path(__file__).resolve().parents[1]
+ANALYSES = ROOT / "local" / "analyses"
 SHARED = ROOT.parent / "shared" / "data" / "librispeech_nbest"
-sys.path.insert(0, str(ROOT / "local"))
 
-import compare_table  # noqa: E402
-import plot_lm_curves  # noqa: E402
-import subset_nbest  # noqa: E402
+
+def load_script(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+compare_table = load_script(ANALYSES / "compare_table.py")
+plot_lm_curves = load_script(ANALYSES / "plot_lm_curves.py")
+subset_nbest = load_script(ROOT / "local" / "subset_nbest.py")
 
 
 def test_subset_keeps_every_kth_utterance_with_its_references(tmp_path):
@@ -49,7 +57,7 @@ def test_curves_read_the_last_run_of_each_epoch(tmp_path):
         plot_lm_curves.main(["--exp", f"X={tmp_path / 'empty'}", "--out", str(tmp_path / "out")])
 
 
-def test_comparison_table_reads_every_evaluation(tmp_path):
+def test_comparison_table_reads_every_evaluation(tmp_path, capsys):
     (tmp_path / "text.txt").write_text("THE EARTH WAS WITHOUT FORM AND VOID\nAND GOD SAW THE LIGHT\n" * 50)
     tokenizer = train_bpe(tmp_path / "text.txt", tmp_path / "bpe", vocab_size=40)
     for i, kind in enumerate(compare_table.KINDS):
@@ -62,7 +70,7 @@ def test_comparison_table_reads_every_evaluation(tmp_path):
             report = dict(name=test, wer_am=4.0, wer_file=3.0, wer_rescored=3.5 - i / 10, wer_oracle=1.0)
             (ev / f"tune_{dev}").mkdir()
             (ev / f"tune_{dev}" / "tuning.json").write_text(json.dumps({"best": {"lambdas": [0.1 * i]}, "sets": [report]}))
-    table = compare_table.main(tmp_path)
+    table = compare_table.comparison_table(tmp_path)
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in table.splitlines()[2:]}
     assert rows["clm"][1:4] == ["2.200", f"{torch.tensor(2.2).exp():.1f}", "51.0"]
     assert rows["mlm"][2].endswith("(pseudo)")
@@ -71,14 +79,18 @@ def test_comparison_table_reads_every_evaluation(tmp_path):
     assert rows["AM only (no LM)"][-2:] == ["4.00", "4.00"]
     # an unfinished evaluation is reported as such, not dropped
     (tmp_path / "eval" / "mlm" / "tune_dev_other" / "tuning.json").unlink()
-    table = compare_table.main(tmp_path)
+    table = compare_table.comparison_table(tmp_path)
     assert "| mlm | not evaluated yet: eval/mlm/tune_dev_other/tuning.json missing |" in table
     assert "| clm | " in table and "| AM only (no LM) |" in table
+    compare_table.main([str(tmp_path)])
+    assert capsys.readouterr().out == table + "\n"
+    with pytest.raises(SystemExit, match=r"^compare_table: error: .*models: no finished evaluation under eval/$"):
+        compare_table.main([str(tmp_path / "models")])
 
 
 def test_compare_scripts_are_valid_shell():
-    for script in ("compare_lms.sh", "eval_lm.sh", "train_compare_cpu.sh"):
-        subprocess.run(["bash", "-n", str(ROOT / "local" / script)], check=True)
+    for script in ("compare_lms.sh", "eval_lm.sh", "train_compare_cpu.sh", "pretrain_equal.sh"):
+        subprocess.run(["bash", "-n", str(ANALYSES / script)], check=True)
 
 
 def test_compare_lms_runs_end_to_end_on_tiny_inputs(tmp_path):
@@ -90,7 +102,7 @@ def test_compare_lms_runs_end_to_end_on_tiny_inputs(tmp_path):
     env = dict(os.environ, BOOKS=str(books), BPE_SIZE="300", VALID_EVERY="50", TRAIN_EVERY="1", VALID_LINES="20",
                NBEST_EVERY="300", BLIMP_LIMIT="2", LM_TRAIN_ARGS="--max_epoch 1 --num_iters_per_epoch 3")
     out = tmp_path / "compare"
-    run = subprocess.run(["bash", str(ROOT / "local" / "compare_lms.sh"), str(out)], env=env,
+    run = subprocess.run(["bash", str(ANALYSES / "compare_lms.sh"), str(out)], env=env,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     table = (out / "comparison.md").read_text()
@@ -105,14 +117,13 @@ def test_compare_lms_runs_end_to_end_on_tiny_inputs(tmp_path):
         assert blimp["pairs"] == 2 * 67
     # finished steps are skipped: a second run retrains nothing and gives the same table
     logs = {kind: (out / "models" / kind / "train.log").stat().st_size for kind in compare_table.KINDS}
-    subprocess.run(["bash", str(ROOT / "local" / "compare_lms.sh"), str(out)], env=env, capture_output=True, check=True)
+    subprocess.run(["bash", str(ANALYSES / "compare_lms.sh"), str(out)], env=env, capture_output=True, check=True)
     assert (out / "comparison.md").read_text() == table
     assert logs == {kind: (out / "models" / kind / "train.log").stat().st_size for kind in compare_table.KINDS}
 
 
 def test_unigram_floor_prefers_frequent_tokens(tmp_path):
-    import unigram_ce
-
+    unigram_ce = load_script(ANALYSES / "unigram_ce.py")
     (tmp_path / "train.txt").write_text("THE THE THE THE THE THE LORD\n" * 200 + "ZEBRA\n")
     tokenizer_dir = tmp_path / "bpe"
     train_bpe(tmp_path / "train.txt", tokenizer_dir, vocab_size=30)

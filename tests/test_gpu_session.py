@@ -1,4 +1,4 @@
-"""local/gpu_session.py: the CPU dry run of a GPU session goes through every stage and leaves sane outputs."""
+"""local/gpu/gpu_session.py: the CPU dry run of a GPU session goes through every stage and leaves sane outputs."""
 import importlib.util
 import io
 import json
@@ -18,7 +18,7 @@ from slm_lm.config import KINDS
 from slm_lm.scorer import Scorer
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "local" / "gpu_session.py"
+SCRIPT = ROOT / "local" / "gpu" / "gpu_session.py"
 TEXT = """IN THE BEGINNING GOD CREATED THE HEAVEN AND THE EARTH
 AND THE EARTH WAS WITHOUT FORM AND VOID AND DARKNESS WAS UPON THE FACE OF THE DEEP
 AND THE SPIRIT OF GOD MOVED UPON THE FACE OF THE WATERS
@@ -79,7 +79,7 @@ def test_dry_run_goes_through_every_stage_and_brings_back_a_scoring_ready_model(
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert summary.startswith("# GPU session (DRY RUN on CPU)") and "| slm |" in summary and "MFU" in summary
 
-    # The second command resumes the run while its checkpoint is there (a warm machine).
+    # The second command resumes the run while its checkpoint is there.
     again = run("--dry-run", "--data", data, "--out", tmp_path / "out2", "--run-dir", tmp_path / "run",
                 "--stages", "train", "--resume", "--train-minutes", "0.1")
     assert again.returncode == 0, again.stdout + again.stderr
@@ -113,7 +113,7 @@ def test_a_stage_past_its_limit_is_stopped_and_reported(gpu_session, tmp_path):
     assert result["status"] == "timed out" and result["seconds"] < 20
 
 
-def test_a_second_command_on_a_fresh_machine_trains_a_run_that_fits_it(gpu_session):
+def test_a_second_command_without_the_checkpoint_trains_a_run_that_fits_it(gpu_session):
     assert gpu_session.train_budget(True, True, 12, 300) == (12, "resumed")
     assert gpu_session.train_budget(False, False, 12, 300) == (12, "new run")  # command 1: a second one follows
     minutes, note = gpu_session.train_budget(False, True, 12, 300)

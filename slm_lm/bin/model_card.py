@@ -11,7 +11,7 @@ card's checks.
 
   slm-model-card make --model exp/pretrain/cpu95/slm/model --name slm-books-cpu \
       --blimp exp/pretrain/eval/slm/blimp --rescore exp/pretrain/eval/slm/tune_clean exp/pretrain/eval/slm/tune_other \
-      --command "bash local/pretrain_equal.sh ..."
+      --command "bash local/analyses/pretrain_equal.sh ..."
   slm-model-card check slm-books-cpu
 """
 import argparse

@@ -33,6 +33,7 @@ import torch
 import torchaudio.functional as AF
 from tqdm import tqdm
 
+from slm_lm.bible import DEV_BOOKS, TEST_BOOKS, read_bible
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
 from slm_lm.text_norm import normalize_librispeech
@@ -40,8 +41,6 @@ from slm_lm.text_norm import normalize_librispeech
 SAMPLE_RATE = 16000
 VOICES = ["en-us", "en-gb", "en-us+f3", "en-gb-scotland", "en-029+f2", "en-us-nyc",
           "en-gb-x-rp+f4", "en-gb-x-gbclan+m3"]
-DEV_BOOKS = ["Josh", "Mark"]  # book names as `bible -f` abbreviates them
-TEST_BOOKS = ["Jdgs", "Luke"]
 # subset -> (source split, rate range (words/min), SNR range (dB))
 # (train-mini last: the utterance ids number all subsets in this order, so --train N leaves dev/test ids as they are)
 SUBSETS = {
@@ -51,28 +50,6 @@ SUBSETS = {
     "test-other": ("test", (210, 240), (8.0, 15.0)),
     "train-mini": ("train", (170, 240), (12.0, 40.0)),
 }
-# `bible -f` prints one verse a line: "1Sm3:10 And the LORD came, ..."
-_VERSE = re.compile(r"^(?P<book>[1-3]?[A-Za-z]+)(?P<chapter>\d+):(?P<verse>\d+) (?P<text>.+)$")
-
-
-def read_bible(bible_cmd):
-    """Return [(book, chapter, verse_text)] for the whole KJV as printed by `bible`."""
-    try:
-        out = subprocess.run([bible_cmd, "-f", "-l100000", "Gen1:1-Rev22:21"], check=True,
-                             capture_output=True, text=True).stdout
-    except FileNotFoundError as e:
-        raise InputError(f"{bible_cmd}: not found; install Debian's bible-kjv "
-                         "(egs/librispeech_slm/local/setup_mini.sh does it)") from e
-    verses = []
-    for lineno, line in enumerate(out.splitlines(), 1):
-        m = _VERSE.match(line)
-        if not m:
-            raise InputError(f"output of `{bible_cmd}`, line {lineno}: unexpected line {line!r}")
-        verses.append((m.group("book"), int(m.group("chapter")), m.group("text")))
-    if len(verses) < 30000:
-        raise InputError(f"output of `{bible_cmd}`: only {len(verses)} verses, expected ~31102")
-    return verses
-
 
 def sentences_of(verse, min_words, max_words):
     """Split a verse at sentence / clause punctuation; keep normalised pieces in range."""

@@ -5,22 +5,21 @@ Each kind is built at `--size` with random weights (seed 0: parity is a property
 training) and scores the same held-out sentences (the first `--sentences` of DATA/valid.ids.xz, decoded)
 through `Scorer` twice: in float32, then under bf16 autocast.
 
-  python local/bf16_parity.py --data exp/gpu/data --device cuda --size small --sentences 200 --json parity.json
+  python local/benchmarks/bf16_parity.py --data exp/gpu/data --device cuda --size small --sentences 200 \
+      --json parity.json
 """
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from slm_lm import build_lm  # noqa: E402
-from slm_lm.config import KINDS, SIZES  # noqa: E402
-from slm_lm.fileio import write_atomic  # noqa: E402
-from slm_lm.pretrain import load_corpus  # noqa: E402
-from slm_lm.scorer import Scorer  # noqa: E402
-from slm_lm.tokenizer import Tokenizer  # noqa: E402
+from slm_lm import build_lm
+from slm_lm.config import KINDS, SIZES
+from slm_lm.fileio import write_atomic
+from slm_lm.pretrain import load_corpus
+from slm_lm.scorer import Scorer
+from slm_lm.tokenizer import Tokenizer
 
 
 def compare(full: list, half: list) -> dict:

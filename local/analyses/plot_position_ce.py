@@ -2,7 +2,7 @@
 """Cross-entropy by position (the Transcormer paper's figure): CLM, MLM-PLL, Bi-LM and SLM compared on
 held-out sentences of exactly N pieces (default 20).
 
-  python local/plot_position_ce.py --model CLM=exp/clm --model MLM=exp/mlm --model Bi-LM=exp/bilm \
+  python local/analyses/plot_position_ce.py --model CLM=exp/clm --model MLM=exp/mlm --model Bi-LM=exp/bilm \
       --model SLM=exp/slm --text heldout.txt --out exp/position_ce
 
 --text is one sentence per line, or a sclite .trn file (e.g. the dev references). A sentence is used
@@ -15,46 +15,9 @@ from pathlib import Path
 
 import torch
 
+from slm_lm.analysis_inputs import exact_length, parse_models, read_sentences
 from slm_lm.errors import InputError, fail
-from slm_lm.nbest import read_trn
 from slm_lm.fileio import save_png, write_atomic
-
-
-def read_sentences(path) -> list:
-    """Sentences of a text file (line i = sentence i - 1) or of a .trn file."""
-    path = Path(path)
-    if path.suffix == ".trn":
-        return list(read_trn(path).values())
-    try:
-        return [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read: {e}") from None
-
-
-def exact_length(scorers, sentences: list, length: int, limit: int | None = None) -> list:
-    """The sentences (at most `limit`, in input order) with exactly `length` pieces under every scorer."""
-    keep = set(range(len(sentences)))
-    for scorer in scorers:
-        try:
-            encoded = scorer.encode(sentences)
-        except InputError as e:
-            if e.index is None:
-                raise
-            raise InputError(f"line {e.index + 1}: {str(e).removeprefix(f'sentence {e.index}: ')}", e.index) from None
-        keep &= {i for i, ids in enumerate(encoded) if len(ids) - 2 == length}
-    chosen = [sentences[i] for i in sorted(keep)]
-    return chosen[:limit] if limit else chosen
-
-
-def parse_models(specs: list) -> list:
-    """[(label, spec)] from LABEL=SPEC arguments."""
-    out = []
-    for item in specs:
-        label, sep, spec = item.partition("=")
-        if not sep or not label or not spec:
-            raise InputError(f"--model {item!r}: expected LABEL=SPEC")
-        out.append((label, spec))
-    return out
 
 
 def position_ce(scorer, sentences: list, length: int) -> list:

@@ -16,22 +16,22 @@ undercounts the hardware FLOPs of the SLM). MFU = model FLOP/s / the peak of a s
 own copy of the same initial weights), and adds the column "vs float32": the bf16 speed-up measured
 side by side.
 
-Example: python local/bench_train_speed.py --size mini --tokens 2048 --threads 2
-         python local/bench_train_speed.py --device cuda --dtype bfloat16 --size small --tokens 16384 --length 128 --matmul-size 8192
+Example: python local/benchmarks/bench_train_speed.py --size mini --tokens 2048 --threads 2
+         python local/benchmarks/bench_train_speed.py --device cuda --dtype bfloat16 --size small --tokens 16384 \
+             --length 128 --matmul-size 8192
 """
 import argparse
 import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from slm_lm import build_lm  # noqa: E402
-from slm_lm.config import KINDS, SIZES  # noqa: E402
-from slm_lm.fileio import write_atomic  # noqa: E402
+from slm_lm import build_lm
+from slm_lm.config import KINDS, SIZES
+from slm_lm.fileio import write_atomic
+from slm_lm.throughput import matmul_tflops, random_batch, synchronize, train_step
 
 
 def parse_args(argv=None):
@@ -68,39 +68,6 @@ def kind_list(parser: argparse.ArgumentParser, kinds: str) -> list:
     return out
 
 
-def random_batch(vocab: int, rows: int, length: int, device, generator):
-    """rows x length tokens: <sos/eos> ordinary pieces <sos/eos>, no padding."""
-    tokens = torch.randint(2, vocab - 2, (rows, length), generator=generator)
-    tokens[:, 0] = tokens[:, -1] = vocab - 1
-    return tokens.to(device), torch.full((rows,), length, device=device)
-
-
-def train_step(model, optimizer, tokens, lengths, dtype=torch.float32):
-    with torch.autocast(tokens.device.type, dtype=dtype, enabled=dtype != torch.float32):
-        loss_sum, n_predicted = model.loss(tokens, lengths)
-    optimizer.zero_grad(set_to_none=True)
-    (loss_sum / n_predicted).backward()
-    optimizer.step()
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def matmul_tflops(n: int, dtype, device, repeats: int = 5) -> float:
-    """TFLOP/s of an n x n x n matmul in `dtype` (median of `repeats` after one warm-up)."""
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    times = []
-    for i in range(repeats + 1):
-        sync(device)
-        start = time.perf_counter()
-        a @ b
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return 2 * n**3 / statistics.median(times[1:]) / 1e12
-
-
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -120,10 +87,10 @@ def main(argv=None):
     times = {key: [] for key in setups}
     for step in range(args.steps):
         for key, (model, optimizer, dtype) in setups.items():
-            sync(device)
+            synchronize(device)
             start = time.perf_counter()
             train_step(model, optimizer, *batches[step % len(batches)], dtype)
-            sync(device)
+            synchronize(device)
             times[key].append(time.perf_counter() - start)
         print(f"round {step + 1}/{args.steps} done", file=sys.stderr, flush=True)
     tokens = rows * args.length

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Evaluate one LM: BLiMP, shared dev 10-best rescoring in both directions (lambda tuned on one dev set,
 # applied to the other), held-out scores. Finished steps are skipped.
-# Usage: [NBEST=DIR] [BLIMP_LIMIT=N] bash local/eval_lm.sh MODEL HELDOUT_TEXT OUT_DIR [LABEL]
+# Usage: [NBEST=DIR] [BLIMP_LIMIT=N] bash local/analyses/eval_lm.sh MODEL HELDOUT_TEXT OUT_DIR [LABEL]
 #   MODEL: anything slm_lm.scorer.load_scorer accepts; OUT_DIR gets blimp/, tune_dev_*/, heldout.tsv.
 #   NBEST: a folder with dev_clean/ and dev_other/ N-best sets (default: the shared LibriSpeech lists);
 #   BLIMP_LIMIT: only the first N pairs of each BLiMP paradigm (default: all);
@@ -10,7 +10,7 @@
 set -euo pipefail
 model=$1 heldout=$2 out=$3 label=${4:-$(basename "$1")}
 ww=${WHOLE_WORDS:+--whole-words}
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 py=$root/.venv/bin/python
 nbest=${NBEST:-${SHARED:-$root/../shared}/data/librispeech_nbest}
 mkdir -p "$out"

@@ -5,22 +5,20 @@ Trains `--kind` (slm-pretrain's model shape options) on the first `--batches` ba
 (`slm-pretrain encode` output) once untimed, so kernels and caches are warm, then once under the profiler,
 and prints the CPU seconds of that pass and the top operators by self CPU time.
 
-Example: python local/profile_train_step.py --corpus exp/pretrain/data/valid.ids.xz --kind slm --dtype bfloat16
+Example: python local/benchmarks/profile_train_step.py --corpus exp/pretrain/data/valid.ids.xz --kind slm \
+    --dtype bfloat16
 """
 import argparse
 import random
-import sys
 import time
-from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from slm_lm import build_lm  # noqa: E402
-from slm_lm.config import KINDS  # noqa: E402
-from slm_lm.precision import DTYPES, autocast  # noqa: E402
-from slm_lm.pretrain import batches, collate, load_corpus  # noqa: E402
+from slm_lm import build_lm
+from slm_lm.config import KINDS
+from slm_lm.precision import DTYPES, autocast
+from slm_lm.pretrain import batches, collate, load_corpus
 
 
 def parse_args(argv=None):

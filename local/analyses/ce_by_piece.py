@@ -2,7 +2,7 @@
 """Held-out cross-entropy split by the kind of position: a word's first piece, the later pieces of a word,
 and the end of sentence; plus nats per word (a sentence's summed score over its words + 1).
 
-  python local/ce_by_piece.py --model SLM=slm-books --model "SLM, whole words=slm-books:whole-words" \
+  python local/analyses/ce_by_piece.py --model SLM=slm-books --model "SLM, whole words=slm-books:whole-words" \
       --model CLM=clm-books --text exp/pretrain/text/valid.txt --max-sentences 1000 --out exp/ce_by_piece.tsv
 
 A SPEC ending in `:whole-words` is scored with whole words (`Scorer(whole_words=True)`). The split shows
@@ -10,14 +10,11 @@ where a bidirectional LM's lower CE comes from: a piece-level PLL predicts each 
 the word's other pieces too, which makes words of many pieces cheap; a left-to-right LM cannot.
 """
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plot_position_ce import parse_models, read_sentences  # noqa: E402
-
-from slm_lm.errors import InputError, fail  # noqa: E402
-from slm_lm.fileio import write_atomic  # noqa: E402
+from slm_lm.analysis_inputs import parse_models, read_sentences
+from slm_lm.errors import InputError, fail
+from slm_lm.fileio import write_atomic
 
 KINDS = ("first piece", "later piece", "end of sentence")
 WHOLE_WORDS = ":whole-words"

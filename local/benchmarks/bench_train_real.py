@@ -9,7 +9,7 @@ timed (a `Trainer` subclass times it), so process start-up, model building, vali
 saving are left out; data loading and tokenisation happen inside it (num_workers 0) and are counted.
 Tokens/s counts real tokens only: each sentence's pieces + its two `<sos/eos>`, no padding.
 
-Bare step: `bench_train_speed.train_step` (model.loss + backward + AdamW) on random `--length`-token rows
+Bare step: `slm_lm.throughput.train_step` (model.loss + backward + AdamW) on random `--length`-token rows
 without padding, on a model of the same kind, size and vocabulary, `--tokens` tokens a batch; the real
 path's `batch_bins` is set so its batches hold the same number of real tokens on average.
 
@@ -24,7 +24,7 @@ bf16 is `model_conf: {autocast: bfloat16}` (ESPnet's `use_amp` autocasts CUDA on
 
 Text: `--text` (one sentence a line) or the first `--books` books of ../shared/data/text/gutenberg
 prepared with `slm-prepare-lm-text`'s code. Example:
-    python local/bench_train_real.py --kinds slm,clm --size mini --tokens 2048 --threads 1 --epochs 7
+    python local/benchmarks/bench_train_real.py --kinds slm,clm --size mini --tokens 2048 --threads 1 --epochs 7
 """
 import argparse
 import json
@@ -38,23 +38,20 @@ from pathlib import Path
 import torch
 import yaml
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-from bench_train_speed import kind_list, matmul_tflops, random_batch, train_step  # noqa: E402
-from espnet2.train.trainer import Trainer  # noqa: E402
+from espnet2.train.trainer import Trainer
 
-from slm_lm.config import SIZES, lm_config  # noqa: E402
-from slm_lm.errors import InputError, fail  # noqa: E402
-from slm_lm.espnet_lm.checks import kind_token_list  # noqa: E402
-from slm_lm.espnet_lm.data import write_espnet_text  # noqa: E402
-from slm_lm.espnet_lm.espnet_model import sentence_batch  # noqa: E402
-from slm_lm.espnet_lm.task import SlmLMTask  # noqa: E402
-from slm_lm.fileio import write_atomic  # noqa: E402
-from slm_lm.lm_text import PrepConfig, prepare_lm_text  # noqa: E402
-from slm_lm.models import model_from_config  # noqa: E402
+from slm_lm.config import KINDS, SIZES, lm_config
+from slm_lm.errors import InputError, fail
+from slm_lm.espnet_lm.checks import kind_token_list
+from slm_lm.espnet_lm.data import write_espnet_text
+from slm_lm.espnet_lm.espnet_model import sentence_batch
+from slm_lm.espnet_lm.task import SlmLMTask
+from slm_lm.fileio import write_atomic
+from slm_lm.lm_text import PrepConfig, prepare_lm_text
+from slm_lm.models import model_from_config
+from slm_lm.throughput import matmul_tflops, random_batch, train_step
 
-REPO = HERE.parent
+REPO = Path(__file__).resolve().parents[2]
 BOOKS = REPO.parent / "shared" / "data" / "text" / "gutenberg"
 TOKENIZER = REPO / "slm_lm" / "pretrained" / "slm-books"
 CONFIG = REPO / "egs" / "librispeech_slm" / "conf" / "train_lm_{kind}_mini.yaml"
@@ -85,6 +82,15 @@ def parse_args(argv=None):
     if args.tokens < args.length or args.length < 3 or args.epochs < 1 or args.iters < 1:
         p.error("need --length >= 3, --tokens >= --length, --epochs >= 1 and --iters >= 1")
     return args
+
+
+def kind_list(parser: argparse.ArgumentParser, kinds: str) -> list:
+    """The comma-separated `--kinds` as a list; unknown kinds end the program with a usage error."""
+    out = kinds.split(",")
+    unknown = set(out) - set(KINDS)
+    if unknown:
+        parser.error(f"unknown kinds {sorted(unknown)}; choose from {KINDS}")
+    return out
 
 
 def espnet_data(args, work: Path) -> dict:

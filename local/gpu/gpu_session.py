@@ -1,24 +1,24 @@
 #!/usr/bin/env python3
-"""A lent GPU in one or two commands: the CUDA tests, bf16-vs-fp32 parity, the scoring latency table,
-training throughput (MFU), then a `small` SLM trained on the carried token file; results under --out.
+"""A time-boxed GPU benchmark-and-train run: the CUDA tests, bf16-vs-fp32 parity, the scoring latency table,
+training throughput (MFU), then a `small` SLM pre-trained on an encoded corpus (--data); results under --out.
 
-Stages, in this order, each a subprocess with a time limit (one that fails or runs out of time is
-reported, and the next one runs):
+A command has a wall-clock budget (--command-minutes). Its stages run in this order, each a subprocess with
+a time limit (one that fails or runs out of time is reported, and the next one runs):
   tests    pytest --device cuda -m device: the tests that take the `device` fixture (tests/conftest.py)
-  parity   local/bf16_parity.py: |bf16 - fp32| sentence scores of every kind (small, random weights)
-  latency  local/bench_scoring.py in fp32 and bf16: paper Table 5's lengths 10/100/500, small and base
-  mfu      local/bench_train_speed.py: tokens/s, model FLOP/s = 6 x params x tokens/s, MFU (small, bf16)
+  parity   local/benchmarks/bf16_parity.py: |bf16 - fp32| sentence scores of every kind (small, random weights)
+  latency  local/benchmarks/bench_scoring.py in fp32 and bf16: paper Table 5's lengths 10/100/500, small and base
+  mfu      local/benchmarks/bench_train_speed.py: tokens/s, model FLOP/s = 6 x params x tokens/s, MFU (small, bf16)
   train    slm-pretrain train: a `small` SLM in bf16 for --train-minutes in all, ending by this command's
-           deadline (--command-minutes after the start); it resumes from RUN_DIR/slm/checkpoint.pt when
-           that is there, i.e. when the machine stayed warm since the command that began the run
+           deadline; a later command with --resume continues it from RUN_DIR/slm/checkpoint.pt (--run-dir),
+           or, where that checkpoint is missing, trains a new run that fits the time it has
 
---out gets at most 8 flat files, none over 16 MiB (what the device tool brings back): summary.md,
-summary.json, session.log (every stage's output), curve.tsv, model.tar.00, model.tar.01, ... (the
-exported fp16 model directory and its curve, split in parts of --part-mib: `cat model.tar.* | tar -x`).
+--out gets at most 8 flat files: summary.md, summary.json, session.log (every stage's output), curve.tsv,
+model.tar.00, model.tar.01, ... (the exported fp16 model directory and its curve, in at most 4 parts of
+--part-mib: `cat model.tar.* | tar -x`).
 
-  python3 local/gpu_session.py --data exp/gpu/data --out "$OUT"                           # command 1
-  python3 local/gpu_session.py --data exp/gpu/data --out "$OUT" --stages train --resume   # command 2
-  python local/gpu_session.py --dry-run --data DIR --out DIR    # the same path on CPU, tiny (~1 min of CPU)
+  python local/gpu/gpu_session.py --data exp/gpu/data --out exp/gpu/out1                            # all stages
+  python local/gpu/gpu_session.py --data exp/gpu/data --out exp/gpu/out2 --stages train --resume   # train on
+  python local/gpu/gpu_session.py --dry-run --data DIR --out DIR    # the same path on CPU, tiny (~1 min of CPU)
 """
 import argparse
 import io
@@ -33,14 +33,13 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from slm_lm.errors import fail  # noqa: E402
-from slm_lm.fileio import write_atomic  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+from slm_lm.errors import fail
+from slm_lm.fileio import write_atomic
 
 STAGES = ("tests", "parity", "latency", "mfu", "train")
 DATA_FILES = ("train.ids.xz", "valid.ids.xz", "bpe.model", "tokens.txt")
-MAX_PARTS = 4  # with summary.md, summary.json, session.log and curve.tsv: the 8 files that come back
+MAX_PARTS = 4  # with summary.md, summary.json, session.log and curve.tsv: at most 8 files in --out
 # Per mode: the stages' time limits (s), the seconds kept for training and for its start and export, and
 # the sizes. The dry run's limits are loose: a loaded CPU must not time it out.
 PLANS = {
@@ -69,15 +68,15 @@ PLANS = {
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="train.ids.xz, valid.ids.xz, bpe.model, tokens.txt (slm-pretrain encode)")
-    p.add_argument("--out", required=True, help="results folder ($OUT on the device machine)")
+    p.add_argument("--out", required=True, help="results folder: summary, session log, curve and the model in parts")
     p.add_argument("--run-dir", default=str(ROOT / "exp/gpu/run"),
-                   help="benchmark JSONs and the training run (its checkpoint stays on the machine while it is warm)")
+                   help="benchmark JSONs and the training run (whose checkpoint --resume continues)")
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, from {','.join(STAGES)}")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny models and budgets: rehearse every stage")
     p.add_argument("--command-minutes", type=float, help="this command's wall-clock budget (default 9.25; dry 30)")
     p.add_argument("--train-minutes", type=float, help="the SLM's training budget over all commands (default 10; dry 0.05)")
     p.add_argument("--resume", action="store_true",
-                   help="this command continues a run; without its checkpoint (a fresh machine) train a new run "
+                   help="this command continues the run in --run-dir; without its checkpoint, train a new run "
                         "that fits this command instead")
     p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (untuned for this budget)")
     p.add_argument("--warmup", type=float, default=0.1, help="warm-up share of the training budget")
@@ -112,12 +111,12 @@ def check_inputs(args) -> str:
 
 def train_budget(checkpoint: bool, resume: bool, train_minutes: float, seconds_left: float) -> tuple:
     """(budget minutes, note) of the train stage. A run continues with its whole budget; a command meant to
-    continue one (`resume`) that finds no checkpoint (a fresh machine) trains a run that fits what it has left."""
+    continue one (`resume`) that finds no checkpoint trains a run that fits what it has left."""
     if checkpoint:
         return train_minutes, "resumed"
     if resume:
         minutes = min(train_minutes, seconds_left / 60)
-        return minutes, f"no checkpoint (a fresh machine): a new run of {minutes:.2f} minutes, fitting this command"
+        return minutes, f"no checkpoint in the run directory: a new run of {minutes:.2f} minutes, fitting this command"
     return train_minutes, "new run"
 
 
@@ -194,7 +193,7 @@ class Session:
 
     def parity(self):
         path = self.run_dir / "parity.json"
-        command = [sys.executable, ROOT / "local/bf16_parity.py", "--data", self.args.data, "--device",
+        command = [sys.executable, ROOT / "local/benchmarks/bf16_parity.py", "--data", self.args.data, "--device",
                    self.args.device, "--json", path, *self.args.plan["parity"]]
         self.measure("parity", {"parity": (command, path)}, lambda saved: saved["results"])
 
@@ -202,14 +201,14 @@ class Session:
         commands = {}
         for dtype in ("float32", "bfloat16"):
             path = self.run_dir / f"latency_{dtype}.json"
-            commands[f"latency_{dtype}"] = ([sys.executable, ROOT / "local/bench_scoring.py", "--device",
+            commands[f"latency_{dtype}"] = ([sys.executable, ROOT / "local/benchmarks/bench_scoring.py", "--device",
                                              self.args.device, "--dtype", dtype, "--json", path,
                                              *self.args.plan["latency"]], path)
         self.measure("latency", commands, lambda saved: saved["results"])
 
     def mfu(self):
         path = self.run_dir / "mfu.json"
-        command = [sys.executable, ROOT / "local/bench_train_speed.py", "--device", self.args.device,
+        command = [sys.executable, ROOT / "local/benchmarks/bench_train_speed.py", "--device", self.args.device,
                    "--dtype", "bfloat16", "--json", path, *self.args.plan["mfu"]]
         self.measure("mfu", {"mfu": (command, path)},
                      lambda saved: {"matmul_peak_tflops": saved["matmul_peak_tflops"], "kinds": saved["results"]})

@@ -1,6 +1,6 @@
 """Validation loss per epoch of ESPnet LM experiments, from their train.log files: PNG + TSV.
 
-Usage: python local/plot_lm_curves.py --exp LABEL=EXP_DIR [--exp ...] --out DIR
+Usage: python local/analyses/plot_lm_curves.py --exp LABEL=EXP_DIR [--exp ...] --out DIR
 """
 import argparse
 import re

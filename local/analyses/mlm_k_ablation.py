@@ -8,7 +8,7 @@ tokens masked per pass (k = 1, 2, 3, n/3, n/2; ceil(n/k) passes, or 3 and 2 pass
     itself (optimistic, marked in the table).
 --also LABEL=SPEC adds other models (e.g. the SLM) as extra rows.
 
-  python local/mlm_k_ablation.py --model exp/mlm --text heldout.txt --out exp/mlm_k \
+  python local/analyses/mlm_k_ablation.py --model exp/mlm --text heldout.txt --out exp/mlm_k \
       --dev ../shared/data/librispeech_nbest/dev_clean,../shared/data/librispeech_nbest/dev_other \
       --nbest 10 --am-weights decoder=0.6,ctc=0.4 --also SLM=exp/slm
 Writes OUT/mlm_k_ablation.md and .json; LM scores are cached in OUT/lm_cache (resumable).
@@ -16,17 +16,13 @@ Writes OUT/mlm_k_ablation.md and .json; LM scores are cached in OUT/lm_cache (re
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from plot_position_ce import exact_length, parse_models, read_sentences  # noqa: E402
-
-from slm_lm.errors import InputError, fail  # noqa: E402
-from slm_lm.nbest import load_nbest  # noqa: E402
-from slm_lm.fileio import write_atomic  # noqa: E402
-from slm_lm.rescore import parse_am_weights, parse_range, rescore  # noqa: E402
+from slm_lm.analysis_inputs import exact_length, parse_models, read_sentences
+from slm_lm.errors import InputError, fail
+from slm_lm.fileio import write_atomic
+from slm_lm.nbest import load_nbest
+from slm_lm.rescore import parse_am_weights, parse_range, rescore
 
 DEFAULT_KS = "1,2,3,n/3,n/2"
 

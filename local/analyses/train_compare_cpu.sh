@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Train slm, clm, mlm, bilm and tta with the same CPU budget (conf/compare/train_lm_cpu.yaml), one thread each,
 # all at once, on the decontaminated shared book text prepared as in BENCHMARKS.md / RESULTS.md.
-# Usage: [LM_TRAIN_ARGS="..."] bash local/train_compare_cpu.sh DATA_DIR BPE_DIR OUT_DIR [kinds]
+# Usage: [LM_TRAIN_ARGS="..."] bash local/analyses/train_compare_cpu.sh DATA_DIR BPE_DIR OUT_DIR [kinds]
 #   DATA_DIR has train/{text,text_shape} and valid/{text,text_shape} (python -m slm_lm.espnet_lm.data);
 #   LM_TRAIN_ARGS are extra slm-lm-train options given to every kind (the budget stays equal).
 set -euo pipefail
 data=$1 bpe=$2 out=$3 kinds=${4:-"slm clm mlm bilm tta"}
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 conf=$root/egs/librispeech_slm/conf/compare/train_lm_cpu.yaml
 mkdir -p "$out"
 pids=()

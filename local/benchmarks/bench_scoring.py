@@ -4,7 +4,7 @@ Prints the paper-style latency table and the ratios MLM/SLM and SLM/CLM measured
 TTA/SLM, TTA/CLM when tta is among the kinds).
 Weights are random: speed does not depend on them. Example (the BENCHMARKS.md run):
 
-    .venv/bin/python local/bench_scoring.py --sizes small,base --lengths 10,100,500 --threads 2
+    .venv/bin/python local/benchmarks/bench_scoring.py --sizes small,base --lengths 10,100,500 --threads 2
 
 MLM-PLL scores n masked copies of an n-token sentence in chunks of `--mlm-max-tokens` tokens. With
 `--mlm-sample-chunks C`, only C chunks are timed and the time is scaled by the number of chunks (all
@@ -22,6 +22,7 @@ import torch
 
 from slm_lm import build_lm
 from slm_lm.models import MaskedLM, gather_logprobs
+from slm_lm.throughput import synchronize
 
 
 def sentences(n_tokens: int, batch: int, vocab: int, generator) -> tuple:
@@ -29,11 +30,6 @@ def sentences(n_tokens: int, batch: int, vocab: int, generator) -> tuple:
     tokens = torch.randint(2, vocab - 2, (batch, n_tokens + 2), generator=generator)
     tokens[:, 0] = tokens[:, -1] = vocab - 1
     return tokens, torch.full((batch,), n_tokens + 2)
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def timer(model, tokens, lengths, sample_chunks: int):
@@ -89,10 +85,10 @@ def run(args):
                         timers[kind][0]()
                     for _ in range(args.repeats):
                         for kind in kinds:
-                            sync(device)
+                            synchronize(device)
                             start = time.perf_counter()
                             timers[kind][0]()
-                            sync(device)
+                            synchronize(device)
                             times[kind].append(time.perf_counter() - start)
                 for kind in kinds:
                     _, scale, exact = timers[kind]

@@ -3,18 +3,14 @@
 
 Pass it to `slm-prepare-lm-text --exclude` so that book text used to pre-train an LM shares no 10-gram
 with the mini recipe's dev/test sentences (the Gutenberg books include Bible passages).
-Usage: python local/mini_heldout_text.py OUT.txt [--bible bible]      (needs Debian's bible-kjv)
+Usage: python local/analyses/mini_heldout_text.py OUT.txt [--bible bible]      (needs Debian's bible-kjv)
 """
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "egs/librispeech_slm/local"))
-from mini_corpus import DEV_BOOKS, TEST_BOOKS, read_bible  # noqa: E402
-
-from slm_lm.errors import InputError, fail  # noqa: E402
-from slm_lm.fileio import write_atomic  # noqa: E402
-from slm_lm.text_norm import normalize_librispeech  # noqa: E402
+from slm_lm.bible import DEV_BOOKS, TEST_BOOKS, read_bible
+from slm_lm.errors import InputError, fail
+from slm_lm.fileio import write_atomic
+from slm_lm.text_norm import normalize_librispeech
 
 
 def main(argv=None):

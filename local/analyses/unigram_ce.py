@@ -2,7 +2,7 @@
 """Cross-entropy of a unigram model (token counts of a training text) on a validation text, in nats per
 scored token (every piece plus </s>, as slm_lm's LMs score). A floor to read LM validation losses against.
 
-Usage: python local/unigram_ce.py --bpemodel BPE.model --train TRAIN.txt --valid VALID.txt
+Usage: python local/analyses/unigram_ce.py --bpemodel BPE.model --train TRAIN.txt --valid VALID.txt
 """
 import argparse
 import collections

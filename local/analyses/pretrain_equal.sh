@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Pre-train several LM kinds side by side with the same budget (slm-pretrain train), one process each.
-# Usage: bash local/pretrain_equal.sh DATA_DIR RUN_DIR "KIND[:n_layers] ..." [slm-pretrain train options]
+# Usage: bash local/analyses/pretrain_equal.sh DATA_DIR RUN_DIR "KIND[:n_layers] ..." [slm-pretrain train options]
 #   DATA_DIR: train.ids.xz, valid.ids.xz, bpe.model, tokens.txt (slm-pretrain encode); logs in RUN_DIR/KIND.
 #   Re-running resumes every kind from its checkpoint; a finished kind exits at once.
 set -euo pipefail
 data=$1 run=$2 kinds=$3
 shift 3
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 python=${PYTHON:-$root/.venv/bin/python}
 mkdir -p "$run"
 pids=()

@@ -6,7 +6,7 @@ not depend on the weights. Each model scores the same texts through ``slm_lm.sco
 ``slm-rescore`` does. With ``--sample S`` only S texts drawn at random (seeded) are timed and the time
 is scaled to all unique texts (marked '~'); MLM-PLL on a CPU needs this. Example (BENCHMARKS.md)::
 
-    .venv/bin/python local/bench_rescore_speed.py --tokenizer exp/bench_rescore/tok \\
+    .venv/bin/python local/benchmarks/bench_rescore_speed.py --tokenizer exp/bench_rescore/tok \\
         --random-init clm:small --random-init slm:small --random-init mlm:small \\
         --sample 500 --threads 2 --out exp/bench_rescore/speed.md
 """
@@ -27,7 +27,7 @@ from slm_lm.fileio import write_atomic
 from slm_lm.scorer import Scorer, load_scorer
 from slm_lm.tokenizer import Tokenizer
 
-DEFAULT_SET = Path(__file__).resolve().parents[1].parent / "shared/data/librispeech_nbest/dev_other"
+DEFAULT_SET = Path(__file__).resolve().parents[2].parent / "shared/data/librispeech_nbest/dev_other"
 
 
 def build_scorers(args) -> list[tuple[str, Scorer]]:

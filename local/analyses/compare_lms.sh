@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Equal-budget comparison of slm / clm / mlm / bilm / tta (issue: "reproduce the paper's analyses"), one command:
-#   bash local/compare_lms.sh [OUT_DIR]          (default exp/compare; finished steps are skipped)
+# Equal-budget comparison of slm / clm / mlm / bilm / tta, one command:
+#   bash local/analyses/compare_lms.sh [OUT_DIR]          (default exp/compare; finished steps are skipped)
 # 1. decontaminated LM text from the shared books (dev transcripts excluded) and BPE;
 # 2. a training subset (every TRAIN_EVERY-th sentence) in ESPnet's format;
-# 3. the five kinds trained with the same budget (conf/compare/train_lm_cpu.yaml, local/train_compare_cpu.sh);
-# 4. each model (local/eval_lm.sh): BLiMP, dev N-best rescoring in both directions (tune on one dev set,
+# 3. the five kinds trained with the same budget (conf/compare/train_lm_cpu.yaml, local/analyses/train_compare_cpu.sh);
+# 4. each model (local/analyses/eval_lm.sh): BLiMP, dev N-best rescoring in both directions (tune on one dev set,
 #    report the other), held-out cross-entropy (pseudo for MLM); 5. the table: OUT_DIR/comparison.md.
 # Scale knobs (environment; the defaults reproduce the table in RESULTS.md):
 #   BOOKS=DIR          book text (default ../shared/data/text/gutenberg)
@@ -14,7 +14,7 @@
 #   NBEST_EVERY=10     evaluate on every N-th dev utterance (1 = the full dev sets)
 #   BLIMP_LIMIT=100    first N pairs of each BLiMP paradigm (all = every pair)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$root/exp/compare}
 shared=${SHARED:-$root/../shared}
 books=${BOOKS:-$shared/data/text/gutenberg}
@@ -25,7 +25,7 @@ valid_lines=${VALID_LINES:-1000}
 nbest_every=${NBEST_EVERY:-10}
 blimp_limit=${BLIMP_LIMIT:-100}
 py=$root/.venv/bin/python
-kinds="slm clm mlm bilm tta"  # the rows of the table, in local/compare_table.py's order
+kinds="slm clm mlm bilm tta"  # the rows of the table, in local/analyses/compare_table.py's order
 nbest=$shared/data/librispeech_nbest
 export SHARED=$shared
 text=$out/lm_text
@@ -46,7 +46,7 @@ if [ ! -f "$out/data/valid/text_shape" ]; then
 fi
 untrained=""
 for kind in $kinds; do [ -e "$out/models/$kind/valid.loss.ave.pth" ] || untrained+=" $kind"; done
-[ -z "$untrained" ] || bash local/train_compare_cpu.sh "$out/data" "$text/bpe" "$out/models" "$untrained"
+[ -z "$untrained" ] || bash local/analyses/train_compare_cpu.sh "$out/data" "$text/bpe" "$out/models" "$untrained"
 
 # MLM pseudo-log-likelihood costs n passes per sentence: the default table (CPU session) evaluates every model
 # on every 10th dev utterance and the first 100 pairs of each BLiMP paradigm; NBEST_EVERY=1 BLIMP_LIMIT=all
@@ -61,8 +61,8 @@ if [ "$nbest_every" != 1 ]; then
 fi
 [ "$blimp_limit" = all ] && blimp_limit=""
 for kind in $kinds; do
-  NBEST=$eval_nbest BLIMP_LIMIT=$blimp_limit bash local/eval_lm.sh "$out/models/$kind" "$out/data/valid_sub.txt" \
+  NBEST=$eval_nbest BLIMP_LIMIT=$blimp_limit bash local/analyses/eval_lm.sh "$out/models/$kind" "$out/data/valid_sub.txt" \
     "$out/eval/$kind" "$kind (CPU budget)"
 done
-$py local/compare_table.py "$out" > "$out/comparison.md.tmp" && mv "$out/comparison.md.tmp" "$out/comparison.md"
+$py local/analyses/compare_table.py "$out" > "$out/comparison.md.tmp" && mv "$out/comparison.md.tmp" "$out/comparison.md"
 cat "$out/comparison.md"

@@ -1,6 +1,6 @@
 """Validation cross-entropy of slm-pretrain runs (their curve.tsv) against budget minutes and tokens seen: PNG.
 
-Usage: python local/plot_pretrain_curves.py --run LABEL=RUN_DIR [--run ...] [--unigram CE] --out FILE.png
+Usage: python local/analyses/plot_pretrain_curves.py --run LABEL=RUN_DIR [--run ...] [--unigram CE] --out FILE.png
 """
 import argparse
 import csv

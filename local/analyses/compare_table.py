@@ -1,11 +1,13 @@
-"""Markdown table of the equal-budget comparison written by local/compare_lms.sh.
+"""Markdown table of the equal-budget comparison written by local/analyses/compare_lms.sh.
 
-Usage: python local/compare_table.py OUT_DIR
+Usage: python local/analyses/compare_table.py OUT_DIR
 """
+import argparse
 import json
 import math
-import sys
 from pathlib import Path
+
+from slm_lm.errors import InputError, fail
 
 KINDS = ("slm", "clm", "mlm", "bilm", "tta")
 
@@ -27,7 +29,8 @@ def parameters(model_dir: Path) -> float:
     return sum(p.numel() for p in Scorer.from_pretrained(model_dir).model.parameters()) / 1e6
 
 
-def main(out: Path) -> str:
+def comparison_table(out: Path) -> str:
+    """The table of every kind evaluated under `out` (compare_lms.sh's OUT_DIR), with the AM-only baselines."""
     rows = ["| LM | params (M) | held-out CE (nats/token) | PPL | BLiMP (%) | dev_clean WER (λ from dev_other) | "
             "dev_other WER (λ from dev_clean) |", "|---|---|---|---|---|---|---|"]
     baselines = {}  # AM-only / file / oracle WERs: the same for every LM
@@ -51,7 +54,7 @@ def main(out: Path) -> str:
         rows.append(f"| {kind} | {parameters(out / 'models' / kind):.2f} | {ce:.3f} | {ppl:.1f}{ppl_note} | {blimp:.1f} | "
                     f"{cells['dev_clean']} | {cells['dev_other']} |")
     if not baselines:
-        raise SystemExit(f"{out}: no finished evaluation under eval/")
+        raise InputError(f"{out}: no finished evaluation under eval/")
     rows.append(f"| AM only (no LM) | | | | | {baselines['dev_clean']['wer_am']:.2f} | {baselines['dev_other']['wer_am']:.2f} |")
     rows.append(f"| their first-pass LM (file score) | | | | | {baselines['dev_clean']['wer_file']:.2f} | "
                 f"{baselines['dev_other']['wer_file']:.2f} |")
@@ -60,5 +63,15 @@ def main(out: Path) -> str:
     return "\n".join(rows)
 
 
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out", type=Path, help="compare_lms.sh's OUT_DIR (with eval/ and models/)")
+    args = p.parse_args(argv)
+    try:
+        print(comparison_table(args.out))
+    except InputError as e:
+        fail("compare_table", e)
+
+
 if __name__ == "__main__":
-    print(main(Path(sys.argv[1])))
+    main()
