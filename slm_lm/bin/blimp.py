@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 
 from slm_lm.errors import InputError, fail
-from slm_lm.precision import DTYPE_CHOICES
+from slm_lm.precision import DTYPE_CHOICES, device_option
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "blimp"
 
@@ -22,7 +22,7 @@ def parse_args(argv=None):
     p.add_argument("--label", default=None, help="row label in the table (default: the model spec)")
     p.add_argument("--paradigms", default="", help="comma-separated paradigm names (default: all files)")
     p.add_argument("--limit", type=int, default=None, help="first N pairs per paradigm (quick runs)")
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", default=None, type=device_option("slm-blimp"))
     p.add_argument("--dtype", default=None, choices=DTYPE_CHOICES, help="compute dtype (auto: bf16 where native)")
     p.add_argument("--max-tokens", type=int, default=None, help="padded tokens per batch")
     p.add_argument("--case", default=None, choices=["as-is", "lower", "sentence"],
