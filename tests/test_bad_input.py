@@ -196,3 +196,27 @@ def test_merge_of_complete_shards_writes_every_rank(tmp_path):
         for name in ("text", "token", "token_int", "score", "scores"):
             assert [line.split()[0] for line in (out / f"{k}best_recog" / name).read_text().splitlines()] == \
                 ["u1", "u2", "u3", "u4"]
+
+
+def test_slm_blimp_out_that_is_a_file(tmp_path):
+    data = tmp_path / "blimp"
+    data.mkdir()
+    (data / "anaphor_gender_agreement.jsonl").write_text(blimp_record() + "\n")
+    out = tmp_path / "out"
+    out.write_text("my notes\n")
+    result = cli("blimp", "--model", "slm-books", "--data", data, "--out", out, "--no-progress")
+    expect_error(result, "slm-blimp", f"--out {out}: is a file, not a directory")
+    assert out.read_text() == "my notes\n"
+
+
+def test_a_multi_line_parser_message_is_one_line(tmp_path):
+    """A YAML tag in an ESPnet LM config: the parser's message spans lines; the error stays one."""
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "config.yaml").write_text("lm: !!python/name:os.system\nlm_conf: {size: tiny}\n")
+    (exp / "valid.loss.ave.pth").write_bytes(b"")
+    (tmp_path / "in.txt").write_text(TEXT)
+    before = snapshot(tmp_path)
+    result = cli("score", "--model", exp, "--input", tmp_path / "in.txt")
+    expect_error(result, "slm-score", f"{exp / 'config.yaml'}: cannot read the ESPnet config", "line 1, column 5")
+    assert snapshot(tmp_path) == before

@@ -46,6 +46,8 @@ def main(argv=None):
         fail("slm-blimp", "--case applies to hf-causal:/hf-masked: models only")
     if args.limit is not None and args.limit < 1:
         fail("slm-blimp", "--limit must be >= 1")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        fail("slm-blimp", f"--out {args.out}: is a file, not a directory")
     try:
         data = load_blimp(args.data, [p for p in args.paradigms.split(",") if p], args.limit)
         scorer = load_scorer(args.model, **options)
@@ -53,6 +55,8 @@ def main(argv=None):
         write_results(results, args.out, args.label or args.model)
     except InputError as e:
         fail("slm-blimp", e)
+    except OSError as e:
+        fail("slm-blimp", f"{e.filename or args.out}: cannot write: {e.strerror or e}")
     ties = results["ties"]
     print(f"BLiMP overall accuracy {results['overall']:.2f}% over {results['pairs']} pairs in "
           f"{results['paradigms']} paradigms; {ties['count']} ties counted as errors "
