@@ -16,6 +16,7 @@ from pathlib import Path
 from slm_lm.errors import InputError
 from slm_lm.fileio import write_atomic
 from slm_lm.score_cache import LocatedScorer, lm_scores
+from slm_lm.text_norm import normalize_librispeech
 
 PHENOMENA = ("Ana. agr", "Arg. str", "Binding", "Ctrl. rais.", "D-n agr", "Ellipsis", "Filler gap",
              "Irregular", "Island", "NPI", "Quantifiers", "S-v agr")
@@ -96,6 +97,15 @@ def read_paradigm(path, limit: int | None = None) -> list:
         for key in ("sentence_good", "sentence_bad"):
             if not isinstance(record[key], str) or not record[key].strip():
                 raise InputError(f"{where}: {key} must be a non-empty string")
+            if not normalize_librispeech(record[key]):
+                raise InputError(f"{where}: {key} {record[key][:80]!r} normalises to nothing (no words); it would "
+                                 "be scored as the empty sentence")
+        for key in ("field", "linguistics_term", "UID"):
+            if not isinstance(record[key], str):
+                raise InputError(f"{where}: {key} must be a string, got {type(record[key]).__name__} "
+                                 f"{json.dumps(record[key])[:80]}")
+        if not isinstance(record["pairID"], (str, int)) or isinstance(record["pairID"], bool):
+            raise InputError(f"{where}: pairID must be a string or an integer, got {type(record['pairID']).__name__}")
         if record["UID"] != path.stem:
             raise InputError(f"{where}: UID {record['UID']!r} differs from the file name {path.stem!r}")
         if record["linguistics_term"] not in TERM_TO_PHENOMENON:

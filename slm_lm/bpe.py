@@ -5,6 +5,7 @@ training reads at most `input_sentence_size` sentences, drawn with a fixed seed,
 minutes on a CPU and gives the same model for the same text and settings.
 """
 
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -36,6 +37,28 @@ def _check_text(path: Path, lines_to_check: int) -> None:
         raise InputError(f"{path}: training text is empty")
 
 
+OUTPUT_FILES = ("bpe.model", "tokens.txt")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """`a` and `b` name one file (through links or another spelling of the path)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def _check_out_dir(out_dir: Path, text: Path) -> None:
+    """`out_dir` must be (or become) a directory whose output files are not the training text."""
+    if out_dir.exists() and not out_dir.is_dir():
+        what = "the training text" if _same_file(out_dir, text) else "a file"
+        raise InputError(f"{out_dir}: --out is {what}, not a directory; give a directory for bpe.model and tokens.txt")
+    for name in OUTPUT_FILES:
+        if _same_file(out_dir / name, text):
+            raise InputError(f"{text}: the training text is --out's {name}, which training would replace; "
+                             "choose another --out")
+
+
 def train_bpe(text, out_dir, vocab_size: int = 5000, input_sentence_size: int = 1_000_000, seed: int = 0,
               num_threads: int = 1) -> Tokenizer:
     """Train BPE on `text` (one normalised sentence per line); write `out_dir`/bpe.model + tokens.txt.
@@ -47,7 +70,18 @@ def train_bpe(text, out_dir, vocab_size: int = 5000, input_sentence_size: int = 
     if not text.is_file():
         raise InputError(f"{text}: training text not found")
     _check_text(text, 1000)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    _check_out_dir(out_dir, text)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tokenizer = _train(text, out_dir, vocab_size, input_sentence_size, seed, num_threads)
+    except OSError as e:
+        raise InputError(f"{out_dir}: cannot write the tokenizer: {e.strerror or e}") from None
+    return tokenizer
+
+
+def _train(text: Path, out_dir: Path, vocab_size: int, input_sentence_size: int, seed: int,
+           num_threads: int) -> Tokenizer:
+    """Train in a temporary directory inside `out_dir`, then write bpe.model + tokens.txt there."""
     spm.set_random_generator_seed(seed)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".bpe.") as tmp:
         prefix = Path(tmp) / "bpe"

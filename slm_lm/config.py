@@ -1,4 +1,5 @@
 """Model configuration: one dataclass shared by every LM kind, plus the named sizes."""
+import math
 from dataclasses import asdict, dataclass, fields
 
 from slm_lm.errors import InputError
@@ -13,6 +14,14 @@ SIZES = {
     "small": dict(n_layers=6, d_model=512, n_heads=8, d_ff=2048),
     "base": dict(n_layers=12, d_model=768, n_heads=12, d_ff=3072),
 }
+
+# Ceilings of the integer sizes, and of the whole model, checked before anything is allocated (a config
+# that asks for more is refused, not built): far above the paper's base model (12 layers, 768 wide,
+# 110M parameters) and any BERT/RoBERTa we convert, far below what would exhaust a machine's memory.
+CEILINGS = {"vocab_size": 1_000_000, "n_layers": 256, "d_model": 16_384, "n_heads": 256, "d_ff": 65_536,
+            "max_positions": 65_536}
+MAX_PARAMETERS = 1_000_000_000
+MAX_LAYER_NORM_EPS = 0.1
 
 
 @dataclass
@@ -31,19 +40,39 @@ class LMConfig:
     layer_norm_eps: float = 1e-12
 
     def __post_init__(self):
-        if self.kind not in KINDS:
+        if not isinstance(self.kind, str) or self.kind not in KINDS:
             raise ValueError(f"unknown LM kind {self.kind!r}; expected one of {KINDS}")
+        for name, ceiling in CEILINGS.items():
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+            if not 1 <= value <= ceiling:
+                raise ValueError(f"{name}={value}: must be between 1 and {ceiling:,} (the ceiling for {name})")
+        for name in ("dropout", "layer_norm_eps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r} ({type(value).__name__})")
+        if not isinstance(self.mask_id, int) or isinstance(self.mask_id, bool):
+            raise ValueError(f"mask_id must be an integer, got {self.mask_id!r} ({type(self.mask_id).__name__})")
         if self.mask_id < 0:
             self.mask_id = self.vocab_size - 2
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        for name in ("vocab_size", "n_layers", "d_model", "n_heads", "d_ff", "max_positions"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0 <= self.mask_id < self.vocab_size:
             raise ValueError(f"mask_id={self.mask_id} outside the vocabulary of {self.vocab_size}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if not 0.0 < self.layer_norm_eps <= MAX_LAYER_NORM_EPS:
+            raise ValueError(f"layer_norm_eps must be in (0, {MAX_LAYER_NORM_EPS}], got {self.layer_norm_eps}")
+        parameters = self.approximate_parameters()
+        if parameters > MAX_PARAMETERS:
+            raise ValueError(f"about {parameters:,} parameters, above the ceiling of {MAX_PARAMETERS:,}")
+
+    def approximate_parameters(self) -> int:
+        """Parameters of the embeddings and layers (biases and norms left out): what a model of this config
+        allocates, checked before it is built."""
+        embeddings = (self.vocab_size + self.max_positions) * self.d_model
+        return embeddings + self.n_layers * (4 * self.d_model * self.d_model + 2 * self.d_model * self.d_ff)
 
     @classmethod
     def from_size(cls, kind: str, vocab_size: int, size: str = "small", **overrides) -> "LMConfig":

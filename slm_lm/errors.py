@@ -22,7 +22,9 @@ class CommandError(SystemExit):
 
 
 def fail(prog: str, message) -> None:
-    """Print ``prog: error: message`` on stderr (one line, no traceback) and exit with status 2."""
-    line = f"{prog}: error: {message}"
+    """Print ``prog: error: message`` on stderr (one line, no traceback) and exit with status 2; a message
+    of several lines (e.g. a YAML parser's, with its pointer to the column) is joined into one."""
+    text = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    line = f"{prog}: error: {text}"
     print(line, file=sys.stderr)
     raise CommandError(line)

@@ -8,6 +8,8 @@ import functools
 
 import torch
 
+from slm_lm.errors import InputError, fail
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_CHOICES = ("auto",) + tuple(DTYPES)
 NATIVE_BF16_CPU_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
@@ -46,3 +48,37 @@ def resolve_dtype(name: str, device) -> str:
 def autocast(device, name: str):
     """`torch.autocast` to the resolved dtype `name` on `device`'s type; a no-op context for float32."""
     return torch.autocast(torch.device(device).type, dtype=DTYPES[name], enabled=name != "float32")
+
+
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def check_device(name: str) -> str:
+    """`name` when this machine has that device (cpu, cuda[:N], mps); InputError naming the problem otherwise."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        device = None
+    if device is None or device.type not in DEVICE_TYPES:
+        raise InputError(f"--device {name}: not a device; give one of cpu, cuda, cuda:N, mps")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(f"--device {name}: CUDA is not available on this machine (torch sees no GPU); "
+                             "use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise InputError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                             f"cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"--device {name}: MPS is not available on this machine; use --device cpu")
+    return name
+
+
+def device_option(prog: str):
+    """An argparse `type` for `--device`: the name when `check_device` accepts it, else `prog: error: ...`
+    on one line and exit status 2 (argparse's own error would add the usage lines)."""
+    def checked(name: str) -> str:
+        try:
+            return check_device(name)
+        except InputError as e:
+            fail(prog, e)
+    return checked

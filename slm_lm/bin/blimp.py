@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 
 from slm_lm.errors import InputError, fail
-from slm_lm.precision import DTYPE_CHOICES
+from slm_lm.precision import DTYPE_CHOICES, device_option
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "blimp"
 
@@ -22,7 +22,7 @@ def parse_args(argv=None):
     p.add_argument("--label", default=None, help="row label in the table (default: the model spec)")
     p.add_argument("--paradigms", default="", help="comma-separated paradigm names (default: all files)")
     p.add_argument("--limit", type=int, default=None, help="first N pairs per paradigm (quick runs)")
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", default=None, type=device_option("slm-blimp"))
     p.add_argument("--dtype", default=None, choices=DTYPE_CHOICES, help="compute dtype (auto: bf16 where native)")
     p.add_argument("--max-tokens", type=int, default=None, help="padded tokens per batch")
     p.add_argument("--case", default=None, choices=["as-is", "lower", "sentence"],
@@ -46,6 +46,8 @@ def main(argv=None):
         fail("slm-blimp", "--case applies to hf-causal:/hf-masked: models only")
     if args.limit is not None and args.limit < 1:
         fail("slm-blimp", "--limit must be >= 1")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        fail("slm-blimp", f"--out {args.out}: is a file, not a directory")
     try:
         data = load_blimp(args.data, [p for p in args.paradigms.split(",") if p], args.limit)
         scorer = load_scorer(args.model, **options)
@@ -53,6 +55,8 @@ def main(argv=None):
         write_results(results, args.out, args.label or args.model)
     except InputError as e:
         fail("slm-blimp", e)
+    except OSError as e:
+        fail("slm-blimp", f"{e.filename or args.out}: cannot write: {e.strerror or e}")
     ties = results["ties"]
     print(f"BLiMP overall accuracy {results['overall']:.2f}% over {results['pairs']} pairs in "
           f"{results['paradigms']} paradigms; {ties['count']} ties counted as errors "

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from slm_lm.config import KINDS, SIZES
 from slm_lm.errors import InputError, fail
-from slm_lm.precision import DTYPE_CHOICES
+from slm_lm.precision import DTYPE_CHOICES, device_option
 
 
 def main(argv=None):
@@ -35,7 +35,7 @@ def main(argv=None):
     tr.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
     tr.add_argument("--warmup", type=float, default=0.05, help="fraction of the budget for linear warm-up")
     tr.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per update")
-    tr.add_argument("--device", default="cpu")
+    tr.add_argument("--device", default="cpu", type=device_option("slm-pretrain"))
     tr.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES,
                     help="autocast dtype (auto: bf16 where the device computes it natively, else float32)")
     tr.add_argument("--valid-every", type=float, default=10.0, help="minutes of --clock time between validations")

@@ -17,7 +17,7 @@ import sys
 
 from slm_lm.errors import InputError, fail
 from slm_lm.nbest import load_nbest, normalize_nbest
-from slm_lm.precision import DTYPE_CHOICES
+from slm_lm.precision import DTYPE_CHOICES, device_option
 from slm_lm.rescore import (
     LENGTH_NORMS,
     MAX_GRID_POINTS,
@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-grid-points", type=int, default=MAX_GRID_POINTS, help="see --search")
     p.add_argument("--cache", default=None, help="LM score cache dir (default: OUT/lm_cache)")
-    p.add_argument("--device", default=None, help="device for the LMs (passed to load_scorer)")
+    p.add_argument("--device", default=None, type=device_option("slm-rescore"),
+                   help="device for the LMs (passed to load_scorer)")
     p.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES, help="LM compute dtype (auto: bf16 where native)")
     p.add_argument("--truncate", action="store_true", help="score only the first tokens of over-long hypotheses")
     p.add_argument("--unknown", default="error", choices=["error", "unk"],

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import atomic_open
-from slm_lm.precision import DTYPE_CHOICES
+from slm_lm.precision import DTYPE_CHOICES, device_option
 from slm_lm.tokenizer import UNKNOWN_CHOICES
 
 
@@ -23,7 +23,7 @@ def parse_args(argv=None):
     p.add_argument("--input", default="-", help="text file, one sentence per line ('-' = stdin)")
     p.add_argument("--output", default="-", help="TSV output ('-' = stdout); written atomically")
     p.add_argument("--tokens", action="store_true", help="add a column of piece:logprob pairs")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", type=device_option("slm-score"))
     p.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES, help="compute dtype (auto: bf16 where native)")
     p.add_argument("--max-tokens", type=int, default=8192, help="padded tokens per batch")
     p.add_argument("--truncate", action="store_true", help="score only the first tokens of over-long sentences")

@@ -120,28 +120,51 @@ def write_layout(out, records, nbest):
 
 
 def merge(out, njobs, uttids):
-    """Join <out>/logdir/output.{1..njobs}/<k>best_recog/* into <out>/<k>best_recog/*, sorted by key."""
+    """Join <out>/logdir/output.{1..njobs}/<k>best_recog/* into <out>/<k>best_recog/*, sorted by key.
+
+    Every shard's <k>best_recog must hold all of LAYOUT for the same utterances, and every utterance of
+    the data directory must be decoded exactly once; only then are the outputs written, each atomically,
+    ``1best_recog/text`` (what the later stages look for) last."""
     shards = [out / "logdir" / f"output.{n}" for n in range(1, njobs + 1)]
+    missing_shards = [s for s in shards if not s.is_dir()]
+    if missing_shards:
+        raise InputError(f"{missing_shards[0]}: shard not found ({len(missing_shards)} of {njobs} missing; "
+                         "run the decoding jobs first)")
     dirs = sorted({d.name for s in shards for d in s.glob("*best_recog")}, key=lambda n: int(n[:-10]))
     if "1best_recog" not in dirs:
         raise InputError(f"{out}/logdir: no output.<n>/1best_recog (run the decoding jobs first)")
+    outputs = {}
     for d in dirs:
-        for name in LAYOUT:
-            rows = {}
-            for s in shards:
+        tables = {name: {} for name in LAYOUT}
+        for s in shards:
+            if d != "1best_recog" and not (s / d).is_dir():
+                continue  # no utterance of this shard has a k-th hypothesis
+            shard_keys = None
+            for name in LAYOUT:
                 path = s / d / name
                 if not path.is_file():
-                    continue
-                for key, value in read_table(path).items():
-                    if key in rows:
+                    raise InputError(f"{path}: missing; shard {s} is incomplete (decode it again)")
+                rows = read_table(path)
+                if shard_keys is None:
+                    shard_keys = set(rows)
+                elif set(rows) != shard_keys:
+                    odd = sorted(set(rows) ^ shard_keys)[:3]
+                    raise InputError(f"{path}: other utterances than {s / d / LAYOUT[0]}, e.g. {odd}; shard {s} "
+                                     "is incomplete (decode it again)")
+                for key, value in rows.items():
+                    if key in tables[name]:
                         raise InputError(f"{path}: {key} was decoded by two shards")
-                    rows[key] = value
-            if d == "1best_recog":
-                missing = [u for u in uttids if u not in rows]
-                if missing:
-                    raise InputError(f"{out}/logdir: {len(missing)} utterances were not decoded "
-                                     f"(no {d}/{name} line), e.g. {missing[:3]}")
-            write_atomic(out / d / name, "".join(f"{k} {rows[k]}".rstrip() + "\n" for k in sorted(rows)))
+                    tables[name][key] = value
+        if d == "1best_recog":
+            missing = [u for u in uttids if u not in tables["text"]]
+            if missing:
+                raise InputError(f"{out}/logdir: {len(missing)} utterances were not decoded "
+                                 f"(no {d}/text line), e.g. {missing[:3]}")
+        for name, rows in tables.items():
+            outputs[out / d / name] = "".join(f"{k} {rows[k]}".rstrip() + "\n" for k in sorted(rows))
+    last = out / "1best_recog" / "text"
+    for path in sorted(outputs, key=lambda path: path == last):
+        write_atomic(path, outputs[path])
     return len(dirs)
 
 

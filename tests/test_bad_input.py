@@ -1,0 +1,222 @@
+"""Bad input, second round (issue 32): every case runs the command as a user would (a subprocess) and expects
+exit status 2, one stderr line `<command>: error: <file>[:<line>]: <problem>`, no traceback, and every input
+file as it was."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import slm_lm
+from slm_lm.config import LMConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+SLM_BOOKS = Path(slm_lm.__file__).resolve().parent / "pretrained" / "slm-books"
+DECODE_NBEST = ROOT / "egs" / "librispeech_slm" / "local" / "decode_nbest.py"
+TEXT = "AND GOD SAW THE LIGHT\nTHE EARTH WAS WITHOUT FORM AND VOID\nIT'S A QUICK BROWN FOX\n"
+
+
+def run(*argv, cwd=None):
+    """Run a command with this checkout's slm_lm first on the import path."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+
+
+def cli(module, *args):
+    return run(sys.executable, "-m", f"slm_lm.bin.{module}", *args)
+
+
+def snapshot(*paths) -> dict:
+    """{file: bytes} of every file at or under `paths` (to check that a command left its inputs alone)."""
+    files = {}
+    for path in map(Path, paths):
+        for f in [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()):
+            files[f] = f.read_bytes()
+    return files
+
+
+def expect_error(result, command, *needles) -> str:
+    """Exit status 2 and one stderr line `command: error: ...` holding every needle, no traceback."""
+    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert lines[0].startswith(f"{command}: error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+# slm-train-bpe: --out never replaces the training text
+
+def test_train_bpe_refuses_an_out_whose_tokens_txt_is_the_training_text(tmp_path):
+    text = tmp_path / "tokens.txt"
+    text.write_text(TEXT * 30)
+    before = snapshot(tmp_path)
+    result = cli("train_bpe", "--text", text, "--vocab-size", "40", "--out", tmp_path)
+    expect_error(result, "slm-train-bpe", str(text), "tokens.txt", "replace")
+    assert snapshot(tmp_path) == before
+
+
+def test_train_bpe_refuses_an_out_that_is_the_training_text(tmp_path):
+    text = tmp_path / "train.txt"
+    text.write_text(TEXT * 30)
+    before = snapshot(tmp_path)
+    result = cli("train_bpe", "--text", text, "--vocab-size", "40", "--out", text)
+    expect_error(result, "slm-train-bpe", str(text), "not a directory")
+    assert snapshot(tmp_path) == before
+
+
+# Model configs: kinds, types, ranges and sizes checked before anything is allocated
+
+@pytest.mark.parametrize("key,value,needles", [
+    ("max_positions", 100_000, ["max_positions=100000", "65,536", "ceiling"]),
+    ("max_positions", 2e7, ["max_positions must be an integer", "20000000.0"]),
+    ("n_layers", "4", ["n_layers must be an integer", "'4'"]),
+    ("d_ff", -768, ["d_ff=-768", "ceiling"]),
+    ("layer_norm_eps", 0, ["layer_norm_eps must be in (0,"]),
+    ("layer_norm_eps", -1e-5, ["layer_norm_eps must be in (0,"]),
+    ("n_heads", 5, ["not divisible by n_heads=5"]),
+])
+def test_slm_score_rejects_a_bad_model_config_in_one_line(tmp_path, key, value, needles):
+    model = shutil.copytree(SLM_BOOKS, tmp_path / "model")
+    config = json.loads((model / "config.json").read_text())
+    config["model"][key] = value
+    (model / "config.json").write_text(json.dumps(config))
+    (tmp_path / "in.txt").write_text(TEXT)
+    before = snapshot(model, tmp_path / "in.txt")
+    result = cli("score", "--model", model, "--input", tmp_path / "in.txt", "--output", tmp_path / "out.tsv")
+    expect_error(result, "slm-score", f"{model / 'config.json'}: bad model config", *needles)
+    assert snapshot(model, tmp_path / "in.txt") == before
+    assert not (tmp_path / "out.tsv").exists()
+
+
+def test_a_config_of_20_million_positions_is_refused_before_it_is_built():
+    """20M positions x 192 would allocate 15 GB in the position embedding; the config alone refuses it."""
+    config = json.loads((SLM_BOOKS / "config.json").read_text())["model"]
+    for key, value in [("max_positions", 20_000_000), ("vocab_size", 2_000_000), ("n_layers", True)]:
+        with pytest.raises(ValueError, match=key):
+            LMConfig.from_dict({**config, key: value})
+    with pytest.raises(ValueError, match="parameters, above the ceiling"):
+        LMConfig.from_dict({**config, "vocab_size": 500_000, "d_model": 4096, "n_heads": 4})
+
+
+# --device: one check for every command's option
+
+def device_argv(command, tmp_path, device):
+    (tmp_path / "in.txt").write_text(TEXT)
+    out = tmp_path / "out"
+    return {
+        "score": ["--model", "slm-books", "--input", tmp_path / "in.txt", "--output", out, "--device", device],
+        "blimp": ["--model", "slm-books", "--data", tmp_path, "--out", out, "--device", device],
+        "rescore": ["--dev", tmp_path / "in.txt", "--lm", "slm-books", "--out", out, "--device", device],
+        "pretrain": ["train", "--kind", "slm", "--data", tmp_path, "--out", out, "--updates", "1", "--device", device],
+    }[command]
+
+
+@pytest.mark.parametrize("device", ["cuda", "foo"])
+@pytest.mark.parametrize("command", ["score", "blimp", "rescore", "pretrain"])
+def test_a_device_this_machine_lacks_is_one_line(tmp_path, command, device):
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    argv = device_argv(command, tmp_path, device)
+    before = snapshot(tmp_path)
+    result = cli(command, *argv)
+    problem = "CUDA is not available" if device == "cuda" else "not a device"
+    expect_error(result, f"slm-{command}", f"--device {device}: {problem}")
+    assert snapshot(tmp_path) == before
+
+
+# slm-blimp: sentences that normalise to nothing, fields of the wrong type
+
+def blimp_record(**changes):
+    record = {"sentence_good": "Katherine can't help herself.", "sentence_bad": "Katherine can't help himself.",
+              "field": "morphology", "linguistics_term": "anaphor_agreement", "UID": "anaphor_gender_agreement",
+              "pairID": "0"}
+    return json.dumps({**record, **changes})
+
+
+@pytest.mark.parametrize("changes,needles", [
+    ({"sentence_bad": "!!! ... ?"}, ["sentence_bad", "normalises to nothing"]),
+    ({"field": ["morphology"]}, ["field must be a string, got list"]),
+    ({"linguistics_term": {"a": 1}}, ["linguistics_term must be a string, got dict"]),
+])
+def test_slm_blimp_bad_pairs_name_file_and_line(tmp_path, changes, needles):
+    data = tmp_path / "blimp"
+    data.mkdir()
+    paradigm = data / "anaphor_gender_agreement.jsonl"
+    paradigm.write_text(blimp_record() + "\n" + blimp_record(pairID="1", **changes) + "\n")
+    before = snapshot(data)
+    result = cli("blimp", "--model", "slm-books", "--data", data, "--out", tmp_path / "out", "--no-progress")
+    expect_error(result, "slm-blimp", f"{paradigm}:2: ", *needles)
+    assert snapshot(data) == before
+    assert not (tmp_path / "out" / "blimp_results.json").exists()
+
+
+# decode_nbest.py --merge: every shard complete before anything is written
+
+def decoded_shards(tmp_path, uttids=("u1", "u2", "u3", "u4")):
+    """A data directory and two decoded shards of it, each with 1best and 2best files."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "wav.scp").write_text("".join(f"{u} /dev/null\n" for u in uttids))
+    (data / "text").write_text("".join(f"{u} HELLO WORLD\n" for u in uttids))
+    out = tmp_path / "decode"
+    for job, shard in enumerate((uttids[:2], uttids[2:]), 1):
+        for k in (1, 2):
+            d = out / "logdir" / f"output.{job}" / f"{k}best_recog"
+            d.mkdir(parents=True)
+            values = {"text": "HELLO WORLD", "token": "▁HELLO ▁WORLD", "token_int": "5 6", "score": f"-{k}.5",
+                      "scores": json.dumps({"decoder": -1.0 * k, "ctc": -0.5, "length_bonus": 3.0})}
+            for name, value in values.items():
+                (d / name).write_text("".join(f"{u} {value}\n" for u in shard))
+    return data, out
+
+
+@pytest.mark.parametrize("rank,name", [(2, "score"), (1, "scores")])
+def test_merge_names_the_shard_missing_a_file_and_writes_nothing(tmp_path, rank, name):
+    data, out = decoded_shards(tmp_path)
+    (out / "logdir" / "output.2" / f"{rank}best_recog" / name).unlink()
+    before = snapshot(tmp_path)
+    result = run(sys.executable, DECODE_NBEST, "--merge", "2", "--data", data, "--out", out)
+    expect_error(result, "decode_nbest.py", f"{out / 'logdir' / 'output.2' / f'{rank}best_recog' / name}: missing",
+                 f"shard {out / 'logdir' / 'output.2'}")
+    assert snapshot(tmp_path) == before
+    assert not (out / "1best_recog").exists() and not (out / "2best_recog").exists()
+
+
+def test_merge_of_complete_shards_writes_every_rank(tmp_path):
+    data, out = decoded_shards(tmp_path)
+    result = run(sys.executable, DECODE_NBEST, "--merge", "2", "--data", data, "--out", out)
+    assert result.returncode == 0, result.stderr
+    for k in (1, 2):
+        for name in ("text", "token", "token_int", "score", "scores"):
+            assert [line.split()[0] for line in (out / f"{k}best_recog" / name).read_text().splitlines()] == \
+                ["u1", "u2", "u3", "u4"]
+
+
+def test_slm_blimp_out_that_is_a_file(tmp_path):
+    data = tmp_path / "blimp"
+    data.mkdir()
+    (data / "anaphor_gender_agreement.jsonl").write_text(blimp_record() + "\n")
+    out = tmp_path / "out"
+    out.write_text("my notes\n")
+    result = cli("blimp", "--model", "slm-books", "--data", data, "--out", out, "--no-progress")
+    expect_error(result, "slm-blimp", f"--out {out}: is a file, not a directory")
+    assert out.read_text() == "my notes\n"
+
+
+def test_a_multi_line_parser_message_is_one_line(tmp_path):
+    """A YAML tag in an ESPnet LM config: the parser's message spans lines; the error stays one."""
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "config.yaml").write_text("lm: !!python/name:os.system\nlm_conf: {size: tiny}\n")
+    (exp / "valid.loss.ave.pth").write_bytes(b"")
+    (tmp_path / "in.txt").write_text(TEXT)
+    before = snapshot(tmp_path)
+    result = cli("score", "--model", exp, "--input", tmp_path / "in.txt")
+    expect_error(result, "slm-score", f"{exp / 'config.yaml'}: cannot read the ESPnet config", "line 1, column 5")
+    assert snapshot(tmp_path) == before
