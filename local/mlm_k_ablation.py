@@ -26,7 +26,9 @@ from plot_position_ce import exact_length, parse_models, read_sentences  # noqa:
 from slm_lm.errors import InputError, fail  # noqa: E402
 from slm_lm.nbest import load_nbest  # noqa: E402
 from slm_lm.fileio import write_atomic  # noqa: E402
-from slm_lm.rescore import parse_am_weights, parse_range, rescore  # noqa: E402
+from slm_lm.rescore import rescore  # noqa: E402
+from slm_lm.scored_set import parse_am_weights  # noqa: E402
+from slm_lm.weight_search import parse_range  # noqa: E402
 
 DEFAULT_KS = "1,2,3,n/3,n/2"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from slm_lm.errors import InputError, fail
-from slm_lm.nbest import read_trn
+from slm_lm.transcripts import read_trn
 from slm_lm.fileio import save_png, write_atomic
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from slm_lm import build_lm
+from slm_lm.bin import subset_nbest
 from slm_lm.bpe import train_bpe
 from slm_lm.nbest import load_nbest
 from slm_lm.scorer import Scorer
@@ -19,7 +20,6 @@ sys.path.insert(0, str(ROOT / "local"))
 
 import compare_table  # noqa: E402
 import plot_lm_curves  # noqa: E402
-import subset_nbest  # noqa: E402
 
 
 def test_subset_keeps_every_kth_utterance_with_its_references(tmp_path):

@@ -1,4 +1,4 @@
-"""Paired bootstrap WER comparison (slm_lm.significance) and its command line (local/compare_wer.py)."""
+"""Paired bootstrap WER comparison (slm_lm.wer) and its command line (slm-compare-wer)."""
 import subprocess
 import sys
 from pathlib import Path
@@ -7,7 +7,7 @@ import jiwer
 import numpy as np
 import pytest
 
-from slm_lm.significance import paired_bootstrap
+from slm_lm.wer import paired_bootstrap
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -54,7 +54,7 @@ def _write(path: Path, lines: list[str]) -> str:
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, str(REPO / "local" / "compare_wer.py"), *args],
+    return subprocess.run([sys.executable, "-m", "slm_lm.bin.compare_wer", *args],
                           capture_output=True, text=True, cwd=REPO)
 
 
@@ -83,6 +83,6 @@ def test_command_line_rejects_a_system_missing_an_utterance(tmp_path):
     b = _write(tmp_path / "b", ["u1 A B"])
     out = _run("--ref", ref, "--hyp", f"a={a}", "--hyp", f"b={b}")
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.strip() == f"compare_wer.py: error: {b}: no hypothesis for 'u2' (1 missing, 0 extra ids)"
+    assert out.stderr.strip() == f"slm-compare-wer: error: {b}: no hypothesis for 'u2' (1 missing, 0 extra ids)"
     out = _run("--ref", ref, "--hyp", f"a={a}")
     assert out.returncode == 2 and "at least two systems" in out.stderr
