@@ -8,8 +8,6 @@ whitespace-separated words) and the outputs (:mod:`slm_lm.rescore_report`). A wo
 nothing: sum_j lambda_j * b_j * n_words is one bonus, so the single beta serves all LMs.
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 
 from slm_lm.nbest import NbestSet

@@ -3,16 +3,14 @@
 LM sees them) and the LMs of the ``--lm`` specs.
 """
 
-from __future__ import annotations
-
 import argparse
 
 from slm_lm.errors import InputError
 from slm_lm.nbest import NbestSet, load_nbest, normalize_nbest
 from slm_lm.precision import DTYPE_CHOICES
-from slm_lm.scored_set import LENGTH_NORMS, score_column
+from slm_lm.scored_set import LENGTH_NORMS, parse_am_weights, parse_length_norm, score_column
 from slm_lm.text_norm import normalize_librispeech
-from slm_lm.weight_search import MAX_GRID_POINTS, SEARCHES
+from slm_lm.weight_search import MAX_GRID_POINTS, SEARCHES, parse_range
 
 
 def comma_list(value: str | None) -> list[str]:
@@ -66,7 +64,8 @@ def rescore_parser(prog: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--max-grid-points", type=int, default=MAX_GRID_POINTS, help="see --search")
     p.add_argument("--cache", default=None, help="LM score cache dir (default: OUT/lm_cache)")
     p.add_argument("--device", default=None, help="device for the LMs (passed to load_scorer)")
-    p.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES, help="LM compute dtype (auto: bf16 where native)")
+    p.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES,
+                   help="LM compute dtype (auto: bf16 where native)")
     p.add_argument("--truncate", action="store_true", help="score only the first tokens of over-long hypotheses")
     p.add_argument("--unknown", default="error", choices=["error", "unk"],
                    help="characters the LM's tokenizer does not know: fail (default) or map to <unk>")
@@ -78,6 +77,20 @@ def rescore_parser(prog: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output dir: RESULTS.md, PNG, tuning.json, <set>/1best_recog")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     return p
+
+
+def tuning_options(args: argparse.Namespace, n_lms: int) -> dict:
+    """The :func:`slm_lm.rescore.rescore` keyword arguments of the parsed weight and search options: AM
+    weights, the lambda, beta and alpha grids, the length normalisation per LM, the search."""
+    return {
+        "lambda_grid": parse_range(args.lambda_range, "--lambda-range"),
+        "beta_grid": parse_range(args.beta_range, "--beta-range"),
+        "am_weights": parse_am_weights(args.am_weights) if args.am_weights else None,
+        "length_norm": parse_length_norm(args.length_norm, n_lms),
+        "alpha_grid": parse_range(args.ln_alpha_range, "--ln-alpha-range"),
+        "search": args.search,
+        "max_grid_points": args.max_grid_points,
+    }
 
 
 def lm_specs(values: list[str]) -> list[str]:

@@ -3,8 +3,6 @@ rescored 1-best lists, RESULTS.md, the dev WER plot and tuning.json, and the out
 (never overlapping an input, replaced as a whole).
 """
 
-from __future__ import annotations
-
 import json
 import re
 import shutil

@@ -11,8 +11,6 @@ the first-pass LM). lp_j = 1 unless LM j is length-normalised as mlm-scoring doe
 rank.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass, replace
 
 import numpy as np

@@ -5,8 +5,6 @@ Every problem (missing file, not UTF-8, duplicate id, a line that is not a trn l
 :class:`slm_lm.errors.InputError` naming file and line. Empty values (empty transcripts) are valid.
 """
 
-from __future__ import annotations
-
 import re
 from pathlib import Path
 

@@ -6,8 +6,6 @@ over the grid, or block coordinate descent when the grid has more than ``max_gri
 (:func:`tune`).
 """
 
-from __future__ import annotations
-
 import itertools
 import math
 from dataclasses import asdict, dataclass, field, replace

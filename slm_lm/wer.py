@@ -9,8 +9,6 @@ utterances. The share of resamples in which system B has fewer word errors than 
 "probability of improvement"; the 2.5 and 97.5 percentiles of WER(B) - WER(A) give a 95 % interval.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import jiwer

@@ -28,9 +28,8 @@ from slm_lm.rescore_inputs import (
     normalized_sets,
     rescore_parser,
     scorer_options,
+    tuning_options,
 )
-from slm_lm.scored_set import parse_am_weights, parse_length_norm
-from slm_lm.weight_search import parse_range
 
 
 def combinations(n_lms: int) -> list[tuple[int, ...]]:
@@ -55,11 +54,8 @@ def main(argv=None) -> str:
         if len(paths) != 2 or args.test:
             raise InputError("--dev: give exactly two sets (each is tuned on and tested in turn) and no --test")
         specs = lm_specs(args.lm)
-        kinds = parse_length_norm(args.length_norm, len(specs))
-        grids = dict(lambda_grid=parse_range(args.lambda_range, "--lambda-range"),
-                     beta_grid=parse_range(args.beta_range, "--beta-range"),
-                     alpha_grid=parse_range(args.ln_alpha_range, "--ln-alpha-range"))
-        am_weights = parse_am_weights(args.am_weights) if args.am_weights else None
+        tuning = tuning_options(args, len(specs))
+        kinds = tuning.pop("length_norm")
         sets = load_nbest_sets(paths, comma_list(args.dev_ref), "--dev", args.nbest)
         if not args.no_normalize:  # WER and LMs on the same normalised text, as slm-rescore
             sets = normalized_sets(sets)
@@ -74,9 +70,8 @@ def main(argv=None) -> str:
             for dev, test in ((sets[0], sets[1]), (sets[1], sets[0])):
                 result, reports = rescore(
                     [dev], [test], [lms[j] for j in combo], out / slug / f"tune_{dev.name}",
-                    am_weights=am_weights, cache_dir=args.cache or out / "lm_cache", progress=not args.no_progress,
-                    settings={"command": command}, length_norm=[kinds[j] for j in combo], search=args.search,
-                    max_grid_points=args.max_grid_points, **grids,
+                    cache_dir=args.cache or out / "lm_cache", progress=not args.no_progress,
+                    settings={"command": command}, length_norm=[kinds[j] for j in combo], **tuning,
                 )
                 cells[label, test.name] = _cell(reports[1], result.best)
                 baseline[test.name] = reports[1]

@@ -25,10 +25,9 @@ from slm_lm.rescore_inputs import (
     normalized_sets,
     rescore_parser,
     scorer_options,
+    tuning_options,
 )
 from slm_lm.rescore_report import check_no_overlap
-from slm_lm.scored_set import parse_am_weights, parse_length_norm
-from slm_lm.weight_search import parse_range
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,12 +39,8 @@ def main(argv=None) -> None:
     """Entry point of ``slm-rescore``."""
     args = build_parser().parse_args(argv)
     try:
-        lambda_grid = parse_range(args.lambda_range, "--lambda-range")
-        beta_grid = parse_range(args.beta_range, "--beta-range")
-        am_weights = parse_am_weights(args.am_weights) if args.am_weights else None
         specs = lm_specs(args.lm)
-        length_norm = parse_length_norm(args.length_norm, len(specs))
-        alpha_grid = parse_range(args.ln_alpha_range, "--ln-alpha-range")
+        tuning = tuning_options(args, len(specs))
         dev = load_nbest_sets(comma_list(args.dev), comma_list(args.dev_ref), "--dev", args.nbest)
         test = load_nbest_sets(comma_list(args.test), comma_list(args.test_ref), "--test", args.nbest)
         if not args.no_normalize:
@@ -55,22 +50,8 @@ def main(argv=None) -> None:
         settings = {"command": "slm-rescore " + " ".join(sys.argv[1:] if argv is None else argv)}
         if args.nbest:
             settings["N-best"] = args.nbest
-        result, reports = rescore(
-            dev,
-            test,
-            scorers,
-            args.out,
-            am_weights=am_weights,
-            lambda_grid=lambda_grid,
-            beta_grid=beta_grid,
-            cache_dir=args.cache or f"{args.out}/lm_cache",
-            settings=settings,
-            progress=not args.no_progress,
-            length_norm=length_norm,
-            alpha_grid=alpha_grid,
-            search=args.search,
-            max_grid_points=args.max_grid_points,
-        )
+        result, reports = rescore(dev, test, scorers, args.out, cache_dir=args.cache or f"{args.out}/lm_cache",
+                                  settings=settings, progress=not args.no_progress, **tuning)
     except InputError as err:
         fail("slm-rescore", err)
     w = result.best
