@@ -3,6 +3,7 @@ normalisation; the shared lists' own total score reproduced from their per-score
 
 import itertools
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -318,3 +319,21 @@ def test_pairwise_preference_counts_the_pairs_that_decide_rescoring(shared_slice
             assert rows["S"][2 * i + k].endswith(f"of {pairs}") or rows["S"][2 * i + k].endswith(f"of {pairs} |")
     with pytest.raises(SystemExit, match="N-best input not found"):
         pairwise_preference.main(["--set", str(tmp_path / "missing"), "--lm", "score:lm", "--out", str(out)])
+
+
+@pytest.mark.parametrize("module,prog", [("rescore", "slm-rescore"), ("compare_wer", "slm-compare-wer"),
+                                         ("lm_combination", "slm-lm-combination"),
+                                         ("pairwise_preference", "slm-pairwise-preference"),
+                                         ("subset_nbest", "slm-subset-nbest")])
+def test_rescoring_commands_answer_help(module, prog):
+    run = subprocess.run([sys.executable, "-m", f"slm_lm.bin.{module}", "--help"], capture_output=True, text=True,
+                         cwd=ROOT)
+    assert run.returncode == 0 and run.stdout.startswith(f"usage: {prog} "), run.stderr
+
+
+def test_subset_of_a_missing_set_is_one_line_and_status_2(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "slm_lm.bin.subset_nbest", str(tmp_path / "none"), str(tmp_path / "x"),
+                          "--every", "2"], capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 2 and not (tmp_path / "x").exists()
+    assert run.stderr.strip() == (f"slm-subset-nbest: error: {tmp_path}/none/raw_hypotheses/1best_recog/text: not found "
+                                  "(want SRC_DIR/raw_hypotheses/<k>best_recog/ and SRC_DIR/references/ref_wer.trn)")
