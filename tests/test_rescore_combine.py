@@ -332,8 +332,8 @@ def test_rescoring_commands_answer_help(module, prog):
 
 
 def test_subset_of_a_missing_set_is_one_line_and_status_2(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "slm_lm.bin.subset_nbest", str(tmp_path / "none"), str(tmp_path / "x"),
-                          "--every", "2"], capture_output=True, text=True, cwd=ROOT)
+    run = subprocess.run([sys.executable, "-m", "slm_lm.bin.subset_nbest", str(tmp_path / "none"),
+                          str(tmp_path / "x"), "--every", "2"], capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 2 and not (tmp_path / "x").exists()
     assert run.stderr.strip() == (f"slm-subset-nbest: error: {tmp_path}/none/raw_hypotheses/1best_recog/text: not found "
                                   "(want SRC_DIR/raw_hypotheses/<k>best_recog/ and SRC_DIR/references/ref_wer.trn)")
