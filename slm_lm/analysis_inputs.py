@@ -3,7 +3,7 @@ file, the sentences that have exactly N pieces under every model, and `LABEL=SPE
 from pathlib import Path
 
 from slm_lm.errors import InputError
-from slm_lm.nbest import read_trn
+from slm_lm.transcripts import read_trn
 
 
 def read_sentences(path) -> list:

@@ -143,7 +143,7 @@ def load_blimp(data_dir, paradigms=None, limit: int | None = None) -> dict:
     return {f.stem: read_paradigm(f, limit) for f in files}
 
 
-def evaluate(scorer, data: dict, cache_dir=None, progress: bool = True) -> dict:
+def score_blimp(scorer, data: dict, cache_dir=None, progress: bool = True) -> dict:
     """Score every unique sentence once and judge each pair; returns the results dictionary."""
     where = {}
     for pairs in data.values():

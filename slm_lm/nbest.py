@@ -1,11 +1,11 @@
-"""N-best lists and references: data classes and readers for the supported on-disk formats.
+"""N-best lists: data classes and readers for the supported on-disk formats.
 
 Formats:
 - ESPnet: ``<k>best_recog/{text,score[,scores][,token]}`` for k = 1..K, either directly in a directory,
   under ``raw_hypotheses/`` (with ``references/ref_wer.trn`` beside it), or split over ESPnet's
   ``logdir/output.<job>/`` folders. ``score`` values may be plain floats or ``tensor(-1.23)``;
   ``scores`` lines are ``uttid {"decoder": "tensor(-0.9)", "ctc": ..., ...}``.
-- References: Kaldi ``text`` (``uttid WORDS``) or sclite ``.trn`` (``WORDS\\t(spk-uttid)``).
+- References: Kaldi ``text`` or sclite ``.trn`` (read by :mod:`slm_lm.transcripts`).
 - mlm-scoring JSON: ``{"utt": {"ref": "...", "hyp_1": {"score": s, "text": t}, ...}, ...}``.
 - TSV: ``uttid<TAB>rank<TAB>score<TAB>text`` (an optional header line ``uttid rank score text``).
 
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slm_lm.errors import InputError
+from slm_lm.transcripts import read_keyed, read_located_refs, read_nonblank_lines, require_file, single_spaced
 
 _RANK_DIR = re.compile(r"^([1-9][0-9]*)best_recog$")
 _TENSOR = re.compile(r"^tensor\(\s*\[?\s*([^,\])\s]+)\s*\]?\s*(?:,[^)]*)?\)$")
-_TRN_LINE = re.compile(r"^(.*)\(([^()\s]+)\)\s*$")
 TSV_HEADER = ["uttid", "rank", "score", "text"]
 
 
@@ -83,106 +83,6 @@ def parse_score(value, where: str) -> float:
     return result
 
 
-def _require_file(path: Path, what: str) -> None:
-    if not path.is_file():
-        raise InputError(f"{path}: {what} not found")
-
-
-def _read_lines(path: Path) -> list[tuple[int, str]]:
-    """(line number, line without newline) for the non-blank lines of a UTF-8 file."""
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not UTF-8 ({err})") from None
-    return [(i, line.rstrip("\r")) for i, line in enumerate(text.split("\n"), 1) if line.strip()]
-
-
-def _read_keyed(path: Path) -> dict[str, tuple[str, str]]:
-    """Kaldi-style ``key value`` file -> {key: (value, "file:line")}; duplicate keys are errors."""
-    _require_file(path, "file")
-    out: dict[str, tuple[str, str]] = {}
-    for lineno, line in _read_lines(path):
-        parts = line.strip().split(maxsplit=1)
-        key = parts[0]
-        where = f"{path}:{lineno}"
-        if key in out:
-            raise InputError(f"{where}: duplicate id {key!r} (first at {out[key][1]})")
-        out[key] = (parts[1].strip() if len(parts) > 1 else "", where)
-    return out
-
-
-def _words(text: str) -> str:
-    return " ".join(text.split())
-
-
-def read_table(path: str | Path) -> dict[str, str]:
-    """Read a Kaldi-style ``key value`` file (wav.scp, utt2spk, ...) -> {key: value}; values may be empty."""
-    return {k: v for k, (v, _) in _read_keyed(Path(path)).items()}
-
-
-def read_text(path: str | Path) -> dict[str, str]:
-    """Read a Kaldi ``text`` file (``uttid WORDS``) -> {uttid: text}; empty texts are kept."""
-    return {k: _words(v) for k, (v, _) in _read_keyed(Path(path)).items()}
-
-
-def _read_trn(path: Path, uttids=None) -> dict[str, tuple[str, str]]:
-    """sclite trn -> {uttid: (text, where)}, mapping ``spk-uttid`` ids onto ``uttids`` when given."""
-    _require_file(path, "reference file")
-    known = set(uttids) if uttids is not None else None
-    out: dict[str, tuple[str, str]] = {}
-    for lineno, line in _read_lines(path):
-        where = f"{path}:{lineno}"
-        match = _TRN_LINE.match(line)
-        if not match:
-            raise InputError(f"{where}: not a trn line 'TEXT (id)': {line[:80]!r}")
-        trn_id = match.group(2)
-        uttid = _trn_uttid(trn_id, known)
-        if uttid is None:
-            raise InputError(f"{where}: reference {trn_id!r} matches no hypothesis utterance id")
-        if uttid in out:
-            raise InputError(f"{where}: duplicate id {uttid!r} (first at {out[uttid][1]})")
-        out[uttid] = (_words(match.group(1)), where)
-    return out
-
-
-def _trn_uttid(trn_id: str, known: set[str] | None) -> str | None:
-    """Utterance id of a trn id ``<spk>-<uttid>`` (or ``<uttid>``)."""
-    if known is not None:
-        if trn_id in known:
-            return trn_id
-        for pos, char in enumerate(trn_id):
-            if char == "-" and trn_id[pos + 1 :] in known:
-                return trn_id[pos + 1 :]
-        return None
-    # Kaldi utterance ids start with their speaker id, so ESPnet writes "<spk>-<spk><rest>".
-    for pos, char in enumerate(trn_id):
-        if char == "-":
-            spk, rest = trn_id[:pos], trn_id[pos + 1 :]
-            if rest == spk or rest.startswith(spk + "-") or rest.startswith(spk + "_"):
-                return rest
-    return trn_id
-
-
-def read_trn(path: str | Path, uttids=None) -> dict[str, str]:
-    """Read an sclite ``.trn`` file -> {uttid: text}.
-
-    The ``(spk-uttid)`` ids are mapped to the given ``uttids`` (exact or ``-``-separated suffix);
-    without ``uttids`` the ``<spk>-`` prefix is removed when the rest starts with the speaker id.
-    """
-    return {k: v for k, (v, _) in _read_trn(Path(path), uttids).items()}
-
-
-def _read_refs(path: Path, uttids) -> dict[str, tuple[str, str]]:
-    if path.suffix == ".trn":
-        return _read_trn(path, uttids)
-    return {k: (_words(v), w) for k, (v, w) in _read_keyed(path).items()}
-
-
-def read_refs(path: str | Path, uttids=None) -> dict[str, str]:
-    """Read references from a ``.trn`` file or (any other name) a Kaldi ``text`` file."""
-    return {k: v for k, (v, _) in _read_refs(Path(path), uttids).items()}
-
-
 def _select_ranks(ranks: list[int], nbest: int | None, source: Path) -> list[int]:
     if nbest is not None and nbest < 1:
         raise InputError(f"nbest must be >= 1, got {nbest}")
@@ -212,22 +112,22 @@ def _read_rank_dir(folder: Path, rank: int) -> dict[str, Hypothesis]:
     """Hypotheses of one ``<k>best_recog`` directory, checking that its files list the same ids."""
     text_path, token_path = folder / "text", folder / "token"
     if text_path.is_file():
-        texts = {k: (_words(v), w) for k, (v, w) in _read_keyed(text_path).items()}
+        texts = {k: (single_spaced(v), w) for k, (v, w) in read_keyed(text_path).items()}
     elif token_path.is_file():  # ESPnet without a detokenised text: join sentencepiece pieces
         texts = {
-            k: (_words("".join(v.split()).replace("\u2581", " ")), w)
-            for k, (v, w) in _read_keyed(token_path).items()
+            k: (single_spaced("".join(v.split()).replace("\u2581", " ")), w)
+            for k, (v, w) in read_keyed(token_path).items()
         }
     else:
         raise InputError(f"{text_path}: hypothesis file not found (no text or token file)")
     score_path = folder / "score"
-    _require_file(score_path, "score file")
-    raw_scores = _read_keyed(score_path)
+    require_file(score_path, "score file")
+    raw_scores = read_keyed(score_path)
     _same_ids(texts, raw_scores, text_path, score_path)
     comps: dict[str, tuple[str, str]] = {}
     scores_path = folder / "scores"
     if scores_path.is_file():
-        comps = _read_keyed(scores_path)
+        comps = read_keyed(scores_path)
         _same_ids(texts, comps, text_path, scores_path)
     out = {}
     for uttid, (text, where) in texts.items():
@@ -333,7 +233,7 @@ def read_mlm_json(path: str | Path, nbest: int | None = None):
     ``hyp_<k>`` keys must be numbered 1..K per utterance; ``nbest`` keeps ranks 1..nbest.
     """
     path = Path(path)
-    _require_file(path, "N-best JSON file")
+    require_file(path, "N-best JSON file")
     try:
         raw = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as err:
@@ -356,7 +256,7 @@ def read_mlm_json(path: str | Path, nbest: int | None = None):
             raise InputError(f"{where}: value must be an object")
         if not isinstance(entry.get("ref"), str):
             raise InputError(f"{where}: missing reference ('ref' string)")
-        refs[uttid] = _words(entry["ref"])
+        refs[uttid] = single_spaced(entry["ref"])
         ranks = {}
         for key, value in entry.items():
             if key == "ref":
@@ -376,7 +276,7 @@ def read_mlm_json(path: str | Path, nbest: int | None = None):
         hyps[uttid] = [
             Hypothesis(
                 rank=rank,
-                text=_words(ranks[rank][0]["text"]),
+                text=single_spaced(ranks[rank][0]["text"]),
                 score=parse_score(ranks[rank][0]["score"], f"{where}, {ranks[rank][1]}"),
                 where=f"{where}, {ranks[rank][1]}",
             )
@@ -391,11 +291,11 @@ def read_mlm_json(path: str | Path, nbest: int | None = None):
 def read_tsv(path: str | Path, nbest: int | None = None) -> dict[str, list[Hypothesis]]:
     """Read ``uttid<TAB>rank<TAB>score<TAB>text`` lines -> {uttid: hypotheses ordered by rank}."""
     path = Path(path)
-    _require_file(path, "N-best TSV file")
+    require_file(path, "N-best TSV file")
     if nbest is not None and nbest < 1:
         raise InputError(f"nbest must be >= 1, got {nbest}")
     rows: dict[str, dict[int, Hypothesis]] = {}
-    for index, (lineno, line) in enumerate(_read_lines(path)):
+    for index, (lineno, line) in enumerate(read_nonblank_lines(path)):
         where = f"{path}:{lineno}"
         fields = line.split("\t")
         if index == 0 and [f.strip().lower() for f in fields] == TSV_HEADER:
@@ -418,7 +318,7 @@ def read_tsv(path: str | Path, nbest: int | None = None) -> dict[str, list[Hypot
             raise InputError(
                 f"{where}: duplicate rank {rank} for {uttid!r} (first at {per_utt[rank].where})"
             )
-        per_utt[rank] = Hypothesis(rank, _words(text), parse_score(score_text, where), where=where)
+        per_utt[rank] = Hypothesis(rank, single_spaced(text), parse_score(score_text, where), where=where)
     out = {}
     for uttid, per_utt in rows.items():
         if sorted(per_utt) != list(range(1, len(per_utt) + 1)):
@@ -471,7 +371,7 @@ def load_nbest(
         raise InputError(f"{path}: no hypotheses")
     ref_path = Path(ref) if ref is not None else (default_ref_path(path) if path.is_dir() else None)
     if ref_path is not None:
-        refs = _read_refs(ref_path, hyps.keys())
+        refs = read_located_refs(ref_path, hyps.keys())
         ref_source = str(ref_path)
     elif json_refs is not None:
         refs = {k: (v, hyps[k][0].where) for k, v in json_refs.items()}

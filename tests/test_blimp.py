@@ -7,7 +7,7 @@ import torch
 
 from slm_lm import build_lm
 from slm_lm.bin import blimp as blimp_cli
-from slm_lm.blimp import PHENOMENA, TERM_TO_PHENOMENON, evaluate, load_blimp, read_paradigm, write_results
+from slm_lm.blimp import PHENOMENA, TERM_TO_PHENOMENON, load_blimp, read_paradigm, score_blimp, write_results
 from slm_lm.bpe import train_bpe
 from slm_lm.errors import InputError
 from slm_lm.scorer import Scorer
@@ -61,7 +61,7 @@ def test_real_files_load_and_map_onto_the_12_columns():
 def test_pairs_judged_strictly_and_ties_reported(data_dir):
     data = load_blimp(data_dir)
     scorer = FakeScorer()
-    results = evaluate(scorer, data, progress=False)
+    results = score_blimp(scorer, data, progress=False)
     texts = [s for pairs in data.values() for p in pairs for s in (p.good, p.bad)]
     assert sorted(scorer.seen) == sorted(set(texts))  # every unique sentence scored exactly once
     pairs = [p for ps in data.values() for p in ps]
@@ -87,7 +87,7 @@ def test_accuracy_split_by_length():
                "as many words as": [p for p in pairs if words(p.good) == words(p.bad)],
                "more words than": [p for p in pairs if words(p.good) > words(p.bad)]}
     assert all(classes.values())  # the slice has pairs of each kind
-    results = evaluate(FakeScorer(), data, progress=False)
+    results = score_blimp(FakeScorer(), data, progress=False)
     for length, members in classes.items():
         expected = 100.0 * sum(len(p.good) < len(p.bad) for p in members) / len(members)
         assert results["by_length"][length] == {"pairs": len(members), "accuracy": pytest.approx(expected)}
@@ -95,7 +95,7 @@ def test_accuracy_split_by_length():
 
 
 def test_outputs_are_the_papers_table(data_dir, tmp_path):
-    results = evaluate(FakeScorer(), load_blimp(data_dir), progress=False)
+    results = score_blimp(FakeScorer(), load_blimp(data_dir), progress=False)
     write_results(results, tmp_path, "fake")
     md = (tmp_path / "blimp_results.md").read_text()
     header = next(line for line in md.splitlines() if line.startswith("| Model"))

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from slm_lm import build_lm
+from slm_lm.bin import subset_nbest
 from slm_lm.bpe import train_bpe
 from slm_lm.nbest import load_nbest
 from slm_lm.scorer import Scorer
@@ -27,7 +28,6 @@ def load_script(path: Path):
 
 compare_table = load_script(ANALYSES / "compare_table.py")
 plot_lm_curves = load_script(ANALYSES / "plot_lm_curves.py")
-subset_nbest = load_script(ROOT / "local" / "subset_nbest.py")
 
 
 def test_subset_keeps_every_kth_utterance_with_its_references(tmp_path):

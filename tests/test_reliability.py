@@ -361,7 +361,7 @@ def test_concurrent_runs_share_a_cache_and_a_sigkilled_run_resumes(tmp_path):
 
 
 def test_a_failure_while_writing_outputs_leaves_the_previous_run_untouched(model_dir, tmp_path, monkeypatch):
-    import slm_lm.rescore as rescore_module
+    import slm_lm.rescore_report as rescore_report
 
     dev, dev_ref = write_nbest(tmp_path, "dev", HYPS, REFS)
     out = tmp_path / "out"
@@ -372,7 +372,7 @@ def test_a_failure_while_writing_outputs_leaves_the_previous_run_untouched(model
     def broken_plot(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(rescore_module, "plot_dev_wer", broken_plot)
+    monkeypatch.setattr(rescore_report, "plot_dev_wer", broken_plot)
     with pytest.raises(OSError, match="disk full"):
         rescore_cli.main(argv + ["--lambda-range", "0:2:1"])  # RESULTS.md is written before the plot
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
@@ -385,7 +385,9 @@ def test_normalising_the_shared_dev_other_lists_changes_wer_as_the_readme_says()
     from pathlib import Path
 
     from slm_lm.nbest import normalize_nbest
-    from slm_lm.rescore import Weights, build_scored_set, evaluate, parse_am_weights
+    from slm_lm.rescore_report import set_report
+    from slm_lm.scored_set import build_scored_set, parse_am_weights
+    from slm_lm.weight_search import Weights
     from slm_lm.text_norm import normalize_librispeech
 
     raw = load_nbest(Path(__file__).resolve().parents[2] / "shared/data/librispeech_nbest/dev_other", nbest=10)
@@ -393,5 +395,5 @@ def test_normalising_the_shared_dev_other_lists_changes_wer_as_the_readme_says()
     changed = sum(a.text != b.text for u in raw.hyps for a, b in zip(raw.hyps[u], norm.hyps[u]))
     assert (changed, raw.n_hyps, sum(raw.refs[u] != norm.refs[u] for u in raw.refs), emptied) == (33, 28640, 1, [])
     am = parse_am_weights("decoder=0.6,ctc=0.4")
-    wers = [evaluate(build_scored_set(s, [], am), Weights(()), "dev") for s in (raw, norm)]
+    wers = [set_report(build_scored_set(s, [], am), Weights(()), "dev") for s in (raw, norm)]
     assert [(round(r.wer_am, 2), round(r.wer_oracle, 2)) for r in wers] == [(4.02, 2.01), (4.01, 2.00)]

@@ -13,18 +13,12 @@ import pytest
 from slm_lm.bin import rescore as cli
 from slm_lm.errors import InputError
 from slm_lm.nbest import Hypothesis, NbestSet, load_nbest, read_espnet_nbest
-from slm_lm.rescore import (
-    Weights,
-    am_score,
-    build_scored_set,
-    evaluate,
-    parse_am_weights,
-    parse_range,
-    rescore,
-    tune,
-    word_errors,
-)
+from slm_lm.rescore import rescore
+from slm_lm.rescore_report import set_report
 from slm_lm.score_cache import LMScoreCache, lm_scores
+from slm_lm.scored_set import am_score, build_scored_set, parse_am_weights
+from slm_lm.weight_search import Weights, parse_range, tune
+from slm_lm.wer import word_errors
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -80,7 +74,7 @@ def test_known_lambda_is_found():
     assert result.dev_wer == 0.0
     errors = {w.lambdas[0]: e for w, e in result.grid}
     assert [errors[x] for x in (0.0, 0.5, 0.6, 1.1, 1.6, 2.5, 2.6, 3.1, 5.0)] == [3, 3, 2, 1, 0, 0, 1, 2, 2]
-    report = evaluate(s, result.best, "dev")
+    report = set_report(s, result.best, "dev")
     assert (report.wer_am, report.wer_file, report.wer_rescored, report.wer_oracle) == (20.0, 20.0, 0.0, 0.0)
     assert report.rel_vs_am == -100.0
 
@@ -93,7 +87,7 @@ def test_tuned_weights_are_applied_unchanged_to_test():
         "t2": ("CAT SAT", [("CAT ZAT", 0.0, {}), ("CAT SAT", -2.0, {})]),
     }), [FakeLM()])
     best = tune([dev], [parse_range("0:5:0.1")], [0.0]).best
-    report = evaluate(test, best, "test")
+    report = set_report(test, best, "test")
     assert (report.wer_am, report.wer_rescored) == (50.0, 25.0)
 
 
@@ -114,7 +108,7 @@ def test_word_bonus_and_ties_to_smaller_weights():
 
 def test_hypothesis_ties_go_to_lower_rank():
     s = scored(make_set("dev", {"u": ("B", [("A", -1.0, {}), ("B", -1.0, {})])}), [FakeLM()])
-    assert evaluate(s, Weights((0.0,)), "dev").wer_rescored == 100.0
+    assert set_report(s, Weights((0.0,)), "dev").wer_rescored == 100.0
 
 
 def test_am_weights_select_components():
@@ -125,7 +119,7 @@ def test_am_weights_select_components():
     assert am_score(nb.hyps["u"][0], weights) == pytest.approx(-3.4)
     assert am_score(nb.hyps["u"][0], None) == -1.0
     s = scored(nb, [FakeLM()], weights)
-    assert evaluate(s, Weights((0.0,)), "dev").wer_am == 0.0  # picks B on decoder/ctc alone
+    assert set_report(s, Weights((0.0,)), "dev").wer_am == 0.0  # picks B on decoder/ctc alone
     with pytest.raises(InputError, match=r"dev:u:1: no per-scorer score 'attention'"):
         am_score(nb.hyps["u"][0], {"attention": 1.0})
     for bad in ["decoder", "decoder=x", "=1"]:
@@ -189,7 +183,7 @@ def test_grid_search_matches_brute_force_and_jiwer():
         chosen = s.choose(result.best.lambdas, result.best.beta)
         texts = [s.texts[u][r] for u, r in enumerate(chosen)]
         expect = 100 * jiwer.wer([nb.refs[u] for u in s.uttids], texts)
-        assert evaluate(s, result.best, "dev").wer_rescored == pytest.approx(expect, abs=1e-9)
+        assert set_report(s, result.best, "dev").wer_rescored == pytest.approx(expect, abs=1e-9)
 
 
 def test_word_errors_match_jiwer_including_empty_hypotheses():
@@ -290,7 +284,7 @@ def test_shared_dev_clean_10best_reproduces_readme_figures():
     nb = load_nbest(SHARED / "data" / "librispeech_nbest" / "dev_clean", nbest=10)
     assert (len(nb.hyps), nb.n_hyps) == (2703, 27030)
     s = build_scored_set(nb, [], parse_am_weights("decoder=0.6,ctc=0.4"))
-    r = evaluate(s, Weights(()), "dev")
+    r = set_report(s, Weights(()), "dev")
     assert (round(r.wer_am, 2), round(r.wer_file, 2), round(r.wer_oracle, 2)) == (1.87, 1.70, 0.70)
     refs = [nb.refs[u] for u in s.uttids]
     chosen = s.choose((), 0.0)

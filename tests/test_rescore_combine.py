@@ -3,6 +3,7 @@ normalisation; the shared lists' own total score reproduced from their per-score
 
 import itertools
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -10,30 +11,26 @@ import jiwer
 import numpy as np
 import pytest
 
+from slm_lm.bin import lm_combination, pairwise_preference, subset_nbest
 from slm_lm.bin import rescore as cli
 from slm_lm.errors import InputError
 from slm_lm.nbest import load_nbest, read_espnet_nbest
-from slm_lm.rescore import (
+from slm_lm.rescore import rescore
+from slm_lm.rescore_report import set_report
+from slm_lm.score_cache import lm_scores
+from slm_lm.scored_set import (
     ScoreColumn,
-    Weights,
     build_scored_set,
-    evaluate,
     length_penalty,
     parse_am_weights,
     parse_length_norm,
-    parse_range,
-    rescore,
     score_column,
-    tune,
 )
-from slm_lm.score_cache import lm_scores
+from slm_lm.weight_search import Weights, parse_range, tune
 from test_rescore import FakeLM, known_lambda_set, make_set, random_set, scored, write_tsv  # noqa: I001
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "librispeech_nbest"
-sys.path.insert(0, str(ROOT / "local"))
-
-import subset_nbest  # noqa: E402
 
 AM = "decoder=0.6,ctc=0.4"
 
@@ -55,7 +52,7 @@ def test_score_column_reproduces_the_files_total_score(shared_slices):
         file_score = np.array([[h.score for h in nb.hyps[u]] for u in s.uttids])
         assert np.abs(s.totals((0.6,), 0.0) - file_score).max() < 2.5e-4
         assert s.choose((0.6,), 0.0).tolist() == [0] * len(s.uttids)
-        report = evaluate(s, Weights((0.6,)), "dev")
+        report = set_report(s, Weights((0.6,)), "dev")
         assert report.wer_rescored == report.wer_file and report.wer_rescored != report.wer_am
         refs = [nb.refs[u] for u in s.uttids]
         assert report.wer_file == pytest.approx(100 * jiwer.wer(refs, [nb.hyps[u][0].text for u in s.uttids]))
@@ -255,16 +252,14 @@ def test_combination_table_on_the_shared_slices(shared_slices, tmp_path, monkeyp
     """Four rows (AM only, each LM, both), each cell = the test WER of a run tuned on the other set."""
     import types
 
-    import lm_combination_table
-
     fake_module = types.ModuleType("slm_lm.scorer")
     fake_module.load_scorer = lambda spec, **options: FakeLM(spec)
     monkeypatch.setitem(sys.modules, "slm_lm.scorer", fake_module)
     clean, other = shared_slices / "dev_clean", shared_slices / "dev_other"
     out = tmp_path / "table"
-    table = lm_combination_table.main(["--dev", f"{clean},{other}", "--lm", "score:lm", "--lm", "S", "--nbest", "10",
-                                       "--am-weights", AM, "--lambda-range", "0:2:0.1", "--out", str(out),
-                                       "--no-progress"])
+    table = lm_combination.main(["--dev", f"{clean},{other}", "--lm", "score:lm", "--lm", "S", "--nbest", "10",
+                                 "--am-weights", AM, "--lambda-range", "0:2:0.1", "--out", str(out),
+                                 "--no-progress"])
     assert (out / "combination.md").read_text() == table
     rows = [line.split(" | ") for line in table.splitlines()[2:6]]
     assert [r[0] for r in rows] == ["| AM only", "| AM + score:lm", "| AM + S", "| AM + score:lm + S"]
@@ -284,7 +279,7 @@ def test_combination_table_on_the_shared_slices(shared_slices, tmp_path, monkeyp
     direct = json.loads((tmp_path / "direct" / "tuning.json").read_text())
     assert rows[1][1].startswith(f"{direct['sets'][1]['wer_rescored']:.2f} (λ = {direct['best']['lambdas'][0]:g})")
     with pytest.raises(SystemExit, match="exactly two sets"):
-        lm_combination_table.main(["--dev", str(clean), "--lm", "score:lm", "--out", str(out)])
+        lm_combination.main(["--dev", str(clean), "--lm", "score:lm", "--out", str(out)])
 
 
 def test_pairwise_preference_counts_the_pairs_that_decide_rescoring(shared_slices, tmp_path, monkeypatch):
@@ -292,7 +287,6 @@ def test_pairwise_preference_counts_the_pairs_that_decide_rescoring(shared_slice
     worse hypothesis to a right AM-best one; one-hypothesis lists and ties give no pair."""
     import types
 
-    import pairwise_preference
     from slm_lm.nbest import Hypothesis, NbestSet
 
     hyps = {"u1": [Hypothesis(1, "A C", -1.0), Hypothesis(2, "A B", -2.0)],           # AM wrong, oracle 2nd
@@ -325,3 +319,21 @@ def test_pairwise_preference_counts_the_pairs_that_decide_rescoring(shared_slice
             assert rows["S"][2 * i + k].endswith(f"of {pairs}") or rows["S"][2 * i + k].endswith(f"of {pairs} |")
     with pytest.raises(SystemExit, match="N-best input not found"):
         pairwise_preference.main(["--set", str(tmp_path / "missing"), "--lm", "score:lm", "--out", str(out)])
+
+
+@pytest.mark.parametrize("module,prog", [("rescore", "slm-rescore"), ("compare_wer", "slm-compare-wer"),
+                                         ("lm_combination", "slm-lm-combination"),
+                                         ("pairwise_preference", "slm-pairwise-preference"),
+                                         ("subset_nbest", "slm-subset-nbest")])
+def test_rescoring_commands_answer_help(module, prog):
+    run = subprocess.run([sys.executable, "-m", f"slm_lm.bin.{module}", "--help"], capture_output=True, text=True,
+                         cwd=ROOT)
+    assert run.returncode == 0 and run.stdout.startswith(f"usage: {prog} "), run.stderr
+
+
+def test_subset_of_a_missing_set_is_one_line_and_status_2(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "slm_lm.bin.subset_nbest", str(tmp_path / "none"),
+                          str(tmp_path / "x"), "--every", "2"], capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 2 and not (tmp_path / "x").exists()
+    assert run.stderr.strip() == (f"slm-subset-nbest: error: {tmp_path}/none/raw_hypotheses/1best_recog/text: not found "
+                                  "(want SRC_DIR/raw_hypotheses/<k>best_recog/ and SRC_DIR/references/ref_wer.trn)")

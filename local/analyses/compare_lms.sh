@@ -56,7 +56,7 @@ if [ "$nbest_every" != 1 ]; then
   eval_nbest=$out/nbest_every$nbest_every
   for set in dev_clean dev_other; do
     [ -f "$eval_nbest/$set/references/ref_wer.trn" ] || \
-      $py local/subset_nbest.py "$nbest/$set" "$eval_nbest/$set" --every "$nbest_every"
+      $py -m slm_lm.bin.subset_nbest "$nbest/$set" "$eval_nbest/$set" --every "$nbest_every"
   done
 fi
 [ "$blimp_limit" = all ] && blimp_limit=""

@@ -22,7 +22,9 @@ from slm_lm.analysis_inputs import exact_length, parse_models, read_sentences
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
 from slm_lm.nbest import load_nbest
-from slm_lm.rescore import parse_am_weights, parse_range, rescore
+from slm_lm.rescore import rescore
+from slm_lm.scored_set import parse_am_weights
+from slm_lm.weight_search import parse_range
 
 DEFAULT_KS = "1,2,3,n/3,n/2"
 

@@ -35,7 +35,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from slm_lm.blimp import evaluate, load_blimp, write_results
+    from slm_lm.blimp import load_blimp, score_blimp, write_results
     from slm_lm.scorer import load_scorer
 
     options = {k: v for k, v in dict(device=args.device, dtype=args.dtype, max_tokens=args.max_tokens,
@@ -51,7 +51,7 @@ def main(argv=None):
     try:
         data = load_blimp(args.data, [p for p in args.paradigms.split(",") if p], args.limit)
         scorer = load_scorer(args.model, **options)
-        results = evaluate(scorer, data, cache_dir=Path(args.out) / "score_cache", progress=not args.no_progress)
+        results = score_blimp(scorer, data, cache_dir=Path(args.out) / "score_cache", progress=not args.no_progress)
         write_results(results, args.out, args.label or args.model)
     except InputError as e:
         fail("slm-blimp", e)

@@ -21,13 +21,15 @@ import tempfile
 from pathlib import Path
 
 from slm_lm import model_dir, pretrained
-from slm_lm.blimp import evaluate as blimp_evaluate, load_blimp
+from slm_lm.blimp import load_blimp, score_blimp
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import replace_dir, write_atomic
 from slm_lm.nbest import NbestSet, load_nbest
-from slm_lm.rescore import Weights, build_scored_set, evaluate
+from slm_lm.rescore_report import set_report
 from slm_lm.score_cache import lm_scores
+from slm_lm.scored_set import build_scored_set
 from slm_lm.scorer import load_scorer
+from slm_lm.weight_search import Weights
 
 # The data the check figures are measured on: ../shared beside the repository.
 SHARED = Path(__file__).resolve().parents[3] / "shared"
@@ -40,12 +42,12 @@ CHECK_BLIMP_PAIRS, CHECK_UTTS = 10, 200
 def check_figures(spec: str, lam: float, shared: Path = SHARED) -> dict:
     """The fixed cheap measurements of a model that its card records (see module docstring)."""
     scorer = load_scorer(spec)
-    blimp = blimp_evaluate(scorer, load_blimp(shared / "data/blimp", limit=CHECK_BLIMP_PAIRS), progress=False)
+    blimp = score_blimp(scorer, load_blimp(shared / "data/blimp", limit=CHECK_BLIMP_PAIRS), progress=False)
     full = load_nbest(shared / "data/librispeech_nbest/dev_clean", nbest=10)
     keep = sorted(full.hyps)[:CHECK_UTTS]
     subset = NbestSet(full.name, full.source, {u: full.hyps[u] for u in keep}, {u: full.refs[u] for u in keep})
     table = lm_scores(scorer, [h.text for u in keep for h in subset.hyps[u]], progress=False)
-    report = evaluate(build_scored_set(subset, [table], AM_WEIGHTS), Weights((lam,), 0.0), "check")
+    report = set_report(build_scored_set(subset, [table], AM_WEIGHTS), Weights((lam,), 0.0), "check")
     return {
         "blimp_pairs": blimp["pairs"],
         "blimp_accuracy": round(blimp["overall"], 4),

@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
-from slm_lm.nbest import read_table
+from slm_lm.transcripts import read_table
 
 LAYOUT = ("text", "token", "token_int", "score", "scores")
 

@@ -2,7 +2,7 @@
 """Write RESULTS.md in ESPnet's style: per set, the WER of the AM-only 1-best (baseline), of each
 rescored 1-best and of the 10-best oracle, with ESPnet's |Snt|Wrd|Corr|Sub|Del|Ins|Err|S.Err| columns
 (jiwer alignments) and a summary table; then each LM's change against the baseline with a paired
-bootstrap interval (slm_lm.significance), per set and over the --pool sets together.
+bootstrap interval, per set and over the --pool sets together (all from slm_lm.wer).
 
     make_results.py --decode-dir exp/asr_x/decode_asr --data data --sets "dev_clean test_clean" \
         --rescored slm=exp/rescore_slm clm=exp/rescore_clm --pool "test_clean" --out RESULTS.md
@@ -14,44 +14,17 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-import jiwer
-
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
-from slm_lm.nbest import read_espnet_nbest, read_text
-from slm_lm.rescore import am_score, parse_am_weights, word_errors
-from slm_lm.significance import paired_bootstrap
-
-
-def align(refs, hyps, where):
-    """jiwer's word alignment of each hypothesis against its reference, in sorted utterance order."""
-    if set(refs) != set(hyps):
-        odd = sorted(set(refs) ^ set(hyps))[:3]
-        raise InputError(f"{where}: utterances differ from the references, e.g. {odd}")
-    keys = sorted(refs)
-    for k in keys:
-        if not refs[k]:
-            raise InputError(f"{where}: empty reference for {k}")
-    return [jiwer.process_words(refs[k], hyps[k] if hyps[k] else "") for k in keys]
-
-
-def counts(alignments):
-    """ESPnet's WER columns from the alignments of `align`."""
-    sub = sum(o.substitutions for o in alignments)
-    dele = sum(o.deletions for o in alignments)
-    ins = sum(o.insertions for o in alignments)
-    cor = sum(o.hits for o in alignments)
-    wrd = sub + dele + cor
-    serr = sum(o.substitutions + o.deletions + o.insertions > 0 for o in alignments)
-    pct = lambda x, n: 100.0 * x / n  # noqa: E731
-    return {"Snt": len(alignments), "Wrd": wrd, "Corr": pct(cor, wrd), "Sub": pct(sub, wrd), "Del": pct(dele, wrd),
-            "Ins": pct(ins, wrd), "Err": pct(sub + dele + ins, wrd), "S.Err": pct(serr, len(alignments))}
+from slm_lm.nbest import read_espnet_nbest
+from slm_lm.scored_set import am_score, parse_am_weights
+from slm_lm.transcripts import read_text
+from slm_lm.wer import align_transcripts, paired_bootstrap, wer_columns, wer_table, word_errors
 
 
 def utterance_errors(alignments):
-    """(word errors, reference words) per utterance, from the alignments of `align`."""
-    return ([o.substitutions + o.deletions + o.insertions for o in alignments],
-            [o.substitutions + o.deletions + o.hits for o in alignments])
+    """(word errors, reference words) per utterance, from the alignments of `align_transcripts`."""
+    return [a.errors for a in alignments], [a.ref_words for a in alignments]
 
 
 BOOTSTRAP_SAMPLES = 10_000
@@ -81,15 +54,6 @@ def am_only_hyps(nbest_lists, weights):
     return {uttid: max(hyps, key=lambda h: am_score(h, weights)).text for uttid, hyps in nbest_lists.items()}
 
 
-def table(title, rows):
-    """One ESPnet-style markdown WER table."""
-    cols = ["Snt", "Wrd", "Corr", "Sub", "Del", "Ins", "Err", "S.Err"]
-    out = [f"### {title}", "", "|dataset|" + "|".join(cols) + "|", "|---|" + "---|" * len(cols)]
-    for name, c in rows:
-        out.append(f"|{name}|{c['Snt']}|{c['Wrd']}|" + "|".join(f"{c[k]:.1f}" for k in cols[2:]) + "|")
-    return out + [""]
-
-
 def main(argv=None):
     """Command line: build RESULTS.md."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -115,17 +79,18 @@ def main(argv=None):
         refs = read_text(Path(args.data) / s / "text")
         d = decode_dir / s
         nbest_lists = read_espnet_nbest(d, args.nbest)
-        base = align(refs, am_only_hyps(nbest_lists, weights), d)
-        systems["baseline (AM only)"][s] = counts(base)
+        base = align_transcripts(refs, am_only_hyps(nbest_lists, weights), d)
+        systems["baseline (AM only)"][s] = wer_columns(base)
         errors["baseline", s] = utterance_errors(base)
         for spec in args.rescored:
             name, _, rdir = spec.partition("=")
-            rescored = align(refs, read_text(Path(rdir) / s / "1best_recog" / "text"), Path(rdir) / s)
-            systems[f"rescored, {name}"][s] = counts(rescored)
+            rescored = align_transcripts(refs, read_text(Path(rdir) / s / "1best_recog" / "text"), Path(rdir) / s)
+            systems[f"rescored, {name}"][s] = wer_columns(rescored)
             errors[name, s] = utterance_errors(rescored)
             tuning = json.loads((Path(rdir) / "tuning.json").read_text(encoding="utf-8"))
             lambdas[name] = tuning["best"]
-        systems[f"oracle ({args.nbest}-best)"][s] = counts(align(refs, oracle_hyps(nbest_lists, refs), d))
+        oracle = align_transcripts(refs, oracle_hyps(nbest_lists, refs), d)
+        systems[f"oracle ({args.nbest}-best)"][s] = wer_columns(oracle)
 
     import torch
     try:
@@ -159,7 +124,7 @@ def main(argv=None):
             lines += gain_rows(name, rows)
     lines += ["", f"## {decode_dir}", ""]
     for name, per_set in systems.items():
-        lines += table(f"WER, {name}", [(s, per_set[s]) for s in sets])
+        lines += wer_table(f"WER, {name}", [(s, per_set[s]) for s in sets])
     out = Path(args.out)
     write_atomic(out, "\n".join(lines))
     print(f"wrote {out}")

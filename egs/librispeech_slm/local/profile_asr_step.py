@@ -21,7 +21,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.profiler import ProfilerActivity, profile
 
 from slm_lm.errors import InputError, fail
-from slm_lm.nbest import read_text
+from slm_lm.transcripts import read_text
 from slm_lm.precision import DTYPES, autocast
 
 

@@ -8,11 +8,10 @@ and ``<dir>/score_wer/result.txt``, the WER summary (ESPnet's columns, jiwer ali
 import argparse
 from pathlib import Path
 
-from make_results import align, counts, table
-
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
-from slm_lm.nbest import read_text
+from slm_lm.transcripts import read_text
+from slm_lm.wer import align_transcripts, wer_columns, wer_table
 
 
 def trn(rows, spk):
@@ -25,11 +24,11 @@ def score_dir(decode, data):
     refs = read_text(data / "text")
     spk = read_text(data / "utt2spk") if (data / "utt2spk").is_file() else {}
     hyps = read_text(decode / "1best_recog" / "text")
-    c = counts(align(refs, hyps, decode / "1best_recog" / "text"))
+    c = wer_columns(align_transcripts(refs, hyps, decode / "1best_recog" / "text"))
     write_atomic(decode / "text", "".join(f"{u} {hyps[u]}".rstrip() + "\n" for u in sorted(hyps)))
     write_atomic(decode / "score_wer" / "ref.trn", trn(refs, spk))
     write_atomic(decode / "score_wer" / "hyp.trn", trn(hyps, spk))
-    write_atomic(decode / "score_wer" / "result.txt", "\n".join(table(f"WER, {decode.name}", [("Sum/Avg", c)])))
+    write_atomic(decode / "score_wer" / "result.txt", "\n".join(wer_table(f"WER, {decode.name}", [("Sum/Avg", c)])))
     return c
 
 

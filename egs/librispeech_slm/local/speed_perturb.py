@@ -17,7 +17,7 @@ from pathlib import Path
 from data_prep import write_table
 
 from slm_lm.errors import InputError, fail
-from slm_lm.nbest import read_table
+from slm_lm.transcripts import read_table
 
 
 def perturb_one(job):

@@ -1,5 +1,6 @@
-#!/usr/bin/env python3
-"""Which hypothesis does an LM prefer, on the pairs that decide N-best rescoring? Per set and LM:
+"""slm-pairwise-preference: which hypothesis does an LM prefer, on the pairs that decide N-best rescoring?
+
+Per set and LM:
 
   fix:   utterances whose AM-best hypothesis has more word errors than the list's best (oracle) one: how
          often the LM alone scores that oracle hypothesis (the one the AM likes most, if several) above
@@ -10,7 +11,7 @@
 An LM that helps rescoring fixes often and breaks seldom. Unlike WER after rescoring this needs no
 weight tuning, so LMs compare on their scores alone.
 
-  python local/pairwise_preference.py --set ../shared/data/librispeech_nbest/dev_clean \\
+  slm-pairwise-preference --set ../shared/data/librispeech_nbest/dev_clean \\
       --set ../shared/data/librispeech_nbest/dev_other --lm SLM=slm-books --lm CLM=clm-books \\
       --lm "first-pass LM=score:lm" --nbest 10 --am-weights decoder=0.6,ctc=0.4 \\
       --cache exp/pretrain/eval/lm_cache --out exp/pretrain/eval/pairwise.md
@@ -24,11 +25,11 @@ import sys
 
 import numpy as np
 
-from slm_lm.bin.rescore import _load_sets, _normalized, load_lms
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
-from slm_lm.rescore import ScoreColumn, build_scored_set, parse_am_weights
+from slm_lm.rescore_inputs import load_lms, load_nbest_sets, normalized_sets
 from slm_lm.score_cache import lm_scores
+from slm_lm.scored_set import ScoreColumn, build_scored_set, parse_am_weights
 
 
 def preferences(scored, j: int) -> dict:
@@ -58,7 +59,9 @@ def _labelled(value: str) -> tuple[str, str]:
 
 
 def main(argv=None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """Entry point of ``slm-pairwise-preference``: writes the table to --out, prints it and returns it."""
+    parser = argparse.ArgumentParser(prog="slm-pairwise-preference", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--set", action="append", required=True, help="an N-best set (as slm-rescore's --dev)")
     parser.add_argument("--lm", action="append", required=True, help="LABEL=SPEC or SPEC (repeat)")
     parser.add_argument("--nbest", type=int, default=10)
@@ -68,7 +71,7 @@ def main(argv=None) -> str:
     args = parser.parse_args(argv)
     try:
         labels, specs = zip(*(_labelled(v) for v in args.lm))
-        sets = _normalized(_load_sets(args.set, [], "--set", args.nbest))
+        sets = normalized_sets(load_nbest_sets(args.set, [], "--set", args.nbest))
         lms = load_lms(list(specs))
         am_weights = parse_am_weights(args.am_weights) if args.am_weights else None
         texts = [h.text for nbest in sets for hyps in nbest.hyps.values() for h in hyps]
@@ -76,7 +79,7 @@ def main(argv=None) -> str:
                   for lm in lms]
         scored = [build_scored_set(nbest, tables, am_weights) for nbest in sets]
     except InputError as err:
-        fail("pairwise_preference.py", err)
+        fail("slm-pairwise-preference", err)
     header = "| LM | " + " | ".join(f"{s.name}: fix (LM prefers the oracle hyp) | "
                                      f"{s.name}: break (LM prefers a worse hyp)" for s in scored) + " |"
     lines = [header, "|---|" + "---:|---:|" * len(scored)]
@@ -86,12 +89,13 @@ def main(argv=None) -> str:
             p = preferences(s, j)
             cells += [f"{100 * w / max(n, 1):.1f} % of {n}" for w, n in (p["fix"], p["break"])]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    command = "python local/pairwise_preference.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = "slm-pairwise-preference " + shlex.join(sys.argv[1:] if argv is None else argv)
     footer = f"AM = {args.am_weights or 'the file score'}, {args.nbest}-best. `{command}`"
     table = "\n".join(lines + ["", footer]) + "\n"
     write_atomic(args.out, table)
+    print(table, end="")
     return table
 
 
 if __name__ == "__main__":
-    print(main(), end="")
+    main()

@@ -1,4 +1,5 @@
-"""Paired bootstrap WER comparison (slm_lm.significance) and its command line (local/compare_wer.py)."""
+"""WER (slm_lm.wer): alignment counts equal to jiwer's, ESPnet's columns, the paired bootstrap comparison
+and its command line (slm-compare-wer)."""
 import subprocess
 import sys
 from pathlib import Path
@@ -7,9 +8,38 @@ import jiwer
 import numpy as np
 import pytest
 
-from slm_lm.significance import paired_bootstrap
+from slm_lm.errors import InputError
+from slm_lm.wer import align_transcripts, align_words, paired_bootstrap, wer_columns, wer_table, word_errors
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def test_alignment_counts_are_jiwers_pair_by_pair():
+    """One batched jiwer call gives each pair the counts of its own alignment; empty hypotheses count as deletions."""
+    rng = np.random.default_rng(0)
+    vocab = ["A", "B", "C", "D"]
+    refs = [" ".join(rng.choice(vocab, rng.integers(1, 8))) for _ in range(200)]
+    hyps = [" ".join(rng.choice(vocab, rng.integers(0, 8))) for _ in range(200)]
+    for r, h, a in zip(refs, hyps, align_words(refs, hyps)):
+        o = jiwer.process_words(r, h) if h else None
+        expect = (o.hits, o.substitutions, o.deletions, o.insertions) if o else (0, 0, len(r.split()), 0)
+        assert (a.hits, a.substitutions, a.deletions, a.insertions) == expect
+        assert a.ref_words == len(r.split())
+    assert word_errors(refs, hyps).tolist() == [a.errors for a in align_words(refs, hyps)]
+    assert word_errors(refs, hyps).sum() == round(jiwer.wer(refs, hyps) * sum(len(r.split()) for r in refs))
+
+
+def test_espnet_columns_and_table():
+    refs, hyps = {"u1": "A B C D", "u2": "E F"}, {"u1": "A X C D Y", "u2": "E F"}
+    c = wer_columns(align_transcripts(refs, hyps, "hyp.txt"))
+    assert (c["Snt"], c["Wrd"]) == (2, 6)
+    assert (c["Corr"], c["Sub"], c["Del"], c["Ins"]) == pytest.approx((500 / 6, 100 / 6, 0.0, 100 / 6))
+    assert (c["Err"], c["S.Err"]) == pytest.approx((200 / 6, 50.0))
+    assert wer_table("WER, x", [("Sum/Avg", c)])[-2] == "|Sum/Avg|2|6|83.3|16.7|0.0|16.7|33.3|50.0|"
+    with pytest.raises(InputError, match="hyp.txt: utterances differ from the references"):
+        align_transcripts(refs, {"u1": "A"}, "hyp.txt")
+    with pytest.raises(InputError, match="hyp.txt: empty reference for u2"):
+        align_transcripts({"u1": "A", "u2": ""}, {"u1": "A", "u2": "B"}, "hyp.txt")
 
 
 def test_a_system_better_on_every_utterance_is_always_better():
@@ -54,7 +84,7 @@ def _write(path: Path, lines: list[str]) -> str:
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, str(REPO / "local" / "compare_wer.py"), *args],
+    return subprocess.run([sys.executable, "-m", "slm_lm.bin.compare_wer", *args],
                           capture_output=True, text=True, cwd=REPO)
 
 
@@ -83,6 +113,6 @@ def test_command_line_rejects_a_system_missing_an_utterance(tmp_path):
     b = _write(tmp_path / "b", ["u1 A B"])
     out = _run("--ref", ref, "--hyp", f"a={a}", "--hyp", f"b={b}")
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.strip() == f"compare_wer.py: error: {b}: no hypothesis for 'u2' (1 missing, 0 extra ids)"
+    assert out.stderr.strip() == f"slm-compare-wer: error: {b}: no hypothesis for 'u2' (1 missing, 0 extra ids)"
     out = _run("--ref", ref, "--hyp", f"a={a}")
     assert out.returncode == 2 and "at least two systems" in out.stderr

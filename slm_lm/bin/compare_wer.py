@@ -1,23 +1,22 @@
-#!/usr/bin/env python3
-"""Is one system's WER really lower than another's? Paired bootstrap over utterances (slm_lm.significance).
+"""slm-compare-wer: is one system's WER really lower than another's? Paired bootstrap over utterances.
 
 Usage:
-    python local/compare_wer.py --ref REF --hyp NAME=TEXT --hyp NAME=TEXT [--hyp ...] [--samples 10000]
+    slm-compare-wer --ref REF --hyp NAME=TEXT --hyp NAME=TEXT [--hyp ...] [--samples 10000]
 
 REF: a Kaldi ``text`` file or an sclite ``.trn`` file; TEXT: a Kaldi ``text`` file of 1-best hypotheses
 (e.g. slm-rescore's OUT/<set>/1best_recog/text). Every system must cover exactly the utterances of REF.
 References and hypotheses are normalised LibriSpeech-style as slm-rescore does (``--no-normalize`` to
-score the texts as they are). Each system after the first is compared with the first; prints a markdown
-table: WER, the difference to the first system with its 95 % interval, and the share of resamples in
-which the system is better.
+score the texts as they are). Each system after the first is compared with the first
+(:func:`slm_lm.wer.paired_bootstrap`); prints a markdown table: WER, the difference to the first system
+with its 95 % interval, and the share of resamples in which the system is better.
 """
+
 import argparse
 
 from slm_lm.errors import InputError, fail
-from slm_lm.nbest import read_refs, read_text
-from slm_lm.rescore import word_errors
-from slm_lm.significance import paired_bootstrap
 from slm_lm.text_norm import normalize_librispeech
+from slm_lm.transcripts import read_refs, read_text
+from slm_lm.wer import paired_bootstrap, word_errors
 
 
 def _system(spec: str) -> tuple[str, str]:
@@ -58,7 +57,8 @@ def compare(ref_path: str, systems: list[tuple[str, str]], samples: int, seed: i
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    """Entry point of ``slm-compare-wer``."""
+    p = argparse.ArgumentParser(prog="slm-compare-wer", description=__doc__.split("\n")[0])
     p.add_argument("--ref", required=True, help="references: Kaldi text or .trn")
     p.add_argument("--hyp", action="append", required=True, type=str, help="NAME=TEXT, at least twice")
     p.add_argument("--samples", type=int, default=10_000)
@@ -70,7 +70,7 @@ def main(argv=None) -> None:
             raise InputError(f"--samples {args.samples}: want at least 1")
         print(compare(args.ref, [_system(s) for s in args.hyp], args.samples, args.seed, not args.no_normalize))
     except InputError as e:
-        fail("compare_wer.py", e)
+        fail("slm-compare-wer", e)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
-#!/usr/bin/env python3
-"""AM only / AM + each LM / AM + all LMs: slm-rescore for every combination of the given LMs, the weights
-tuned on one dev set and applied to the other (both directions), summed up in one markdown table.
+"""slm-lm-combination: AM only / AM + each LM / AM + all LMs, in one markdown table.
+
+slm-rescore runs for every combination of the given LMs, the weights tuned on one dev set and applied to
+the other (both directions).
 
 Usage (the options are slm-rescore's; --dev takes exactly two sets, each tuned on and tested in turn):
-    python local/lm_combination_table.py \\
+    slm-lm-combination \\
         --dev ../shared/data/librispeech_nbest/dev_clean,../shared/data/librispeech_nbest/dev_other \\
         --lm exp/compare/models/slm --lm score:lm --nbest 10 --am-weights decoder=0.6,ctc=0.4 \\
         --lambda-range 0:5:0.1 --out exp/combination
@@ -16,10 +17,19 @@ import re
 import sys
 from pathlib import Path
 
-from slm_lm.bin.rescore import _load_sets, _normalized, _split, build_parser, load_lms, scorer_options
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
-from slm_lm.rescore import parse_am_weights, parse_length_norm, parse_range, rescore
+from slm_lm.rescore import rescore
+from slm_lm.rescore_inputs import (
+    comma_list,
+    lm_specs,
+    load_lms,
+    load_nbest_sets,
+    normalized_sets,
+    rescore_parser,
+    scorer_options,
+    tuning_options,
+)
 
 
 def combinations(n_lms: int) -> list[tuple[int, ...]]:
@@ -37,25 +47,21 @@ def _cell(report, best) -> str:
 
 
 def main(argv=None) -> str:
-    parser = build_parser()
-    parser.prog = "local/lm_combination_table.py"
-    args = parser.parse_args(argv)
+    """Entry point of ``slm-lm-combination``: writes OUT/combination.md, prints the table and returns it."""
+    args = rescore_parser("slm-lm-combination", __doc__.split("\n\n")[0]).parse_args(argv)
     try:
-        paths = _split(args.dev)
+        paths = comma_list(args.dev)
         if len(paths) != 2 or args.test:
             raise InputError("--dev: give exactly two sets (each is tuned on and tested in turn) and no --test")
-        specs = [spec for value in args.lm for spec in _split(value)]
-        kinds = parse_length_norm(args.length_norm, len(specs))
-        grids = dict(lambda_grid=parse_range(args.lambda_range, "--lambda-range"),
-                     beta_grid=parse_range(args.beta_range, "--beta-range"),
-                     alpha_grid=parse_range(args.ln_alpha_range, "--ln-alpha-range"))
-        am_weights = parse_am_weights(args.am_weights) if args.am_weights else None
-        sets = _load_sets(paths, _split(args.dev_ref), "--dev", args.nbest)
+        specs = lm_specs(args.lm)
+        tuning = tuning_options(args, len(specs))
+        kinds = tuning.pop("length_norm")
+        sets = load_nbest_sets(paths, comma_list(args.dev_ref), "--dev", args.nbest)
         if not args.no_normalize:  # WER and LMs on the same normalised text, as slm-rescore
-            sets = _normalized(sets)
+            sets = normalized_sets(sets)
         lms = load_lms(specs, **scorer_options(args))
         out = Path(args.out)
-        command = "python local/lm_combination_table.py " + " ".join(sys.argv[1:] if argv is None else argv)
+        command = "slm-lm-combination " + " ".join(sys.argv[1:] if argv is None else argv)
         labels, cells, baseline = [], {}, {}
         for combo in combinations(len(lms)):
             label = "AM + " + " + ".join(specs[j] for j in combo)
@@ -64,14 +70,13 @@ def main(argv=None) -> str:
             for dev, test in ((sets[0], sets[1]), (sets[1], sets[0])):
                 result, reports = rescore(
                     [dev], [test], [lms[j] for j in combo], out / slug / f"tune_{dev.name}",
-                    am_weights=am_weights, cache_dir=args.cache or out / "lm_cache", progress=not args.no_progress,
-                    settings={"command": command}, length_norm=[kinds[j] for j in combo], search=args.search,
-                    max_grid_points=args.max_grid_points, **grids,
+                    cache_dir=args.cache or out / "lm_cache", progress=not args.no_progress,
+                    settings={"command": command}, length_norm=[kinds[j] for j in combo], **tuning,
                 )
                 cells[label, test.name] = _cell(reports[1], result.best)
                 baseline[test.name] = reports[1]
     except InputError as err:
-        fail("lm_combination_table", err)
+        fail("slm-lm-combination", err)
     a, b = sets[1].name, sets[0].name  # the test sets of the two directions
     lines = [f"| system | {a} WER (weights tuned on {b}) | {b} WER (weights tuned on {a}) |", "|---|---|---|",
              f"| AM only | {baseline[a].wer_am:.2f} | {baseline[b].wer_am:.2f} |"]
@@ -81,8 +86,9 @@ def main(argv=None) -> str:
               f"{a} {baseline[a].wer_oracle:.2f}, {b} {baseline[b].wer_oracle:.2f}.", "", f"`{command}`"]
     table = "\n".join(lines) + "\n"
     write_atomic(out / "combination.md", table)
+    print(table, end="")
     return table
 
 
 if __name__ == "__main__":
-    print(main(), end="")
+    main()

@@ -1,0 +1,185 @@
+"""Weight search: the LM weights, word bonus and length-penalty alphas that give the lowest pooled WER on
+the dev sets (total word errors / total reference words).
+
+Ties go to the smaller lambdas, then the smaller |beta|, then the smaller alphas. The search is exhaustive
+over the grid, or block coordinate descent when the grid has more than ``max_grid_points`` points
+(:func:`tune`).
+"""
+
+import itertools
+import math
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+
+from slm_lm.errors import InputError
+from slm_lm.scored_set import LENGTH_NORMS, ScoredSet
+from slm_lm.wer import wer_percent
+
+
+def parse_range(spec: str, option: str = "range") -> list[float]:
+    """Parse ``start:stop:step`` (inclusive) or a single value or ``a,b,c`` into a list of floats."""
+    try:
+        if ":" in spec:
+            start, stop, step = (float(x) for x in spec.split(":"))
+            if step <= 0 or stop < start:
+                raise ValueError
+            count = int(round((stop - start) / step)) + 1
+            if count > 100_000:
+                raise ValueError
+            return [round(start + i * step, 10) for i in range(count) if start + i * step <= stop + 1e-9]
+        return [float(x) for x in spec.split(",")]
+    except ValueError:
+        raise InputError(
+            f"{option}: cannot parse {spec!r} (want start:stop:step with step > 0, or values a,b,c)"
+        ) from None
+
+
+@dataclass
+class Weights:
+    """LM weights (one per LM), word bonus, and length-penalty alphas (one per LM; () = none)."""
+
+    lambdas: tuple[float, ...]
+    beta: float = 0.0
+    alphas: tuple[float, ...] = ()
+
+
+@dataclass
+class TuneResult:
+    """Outcome of the search: best weights, its pooled dev WER, every evaluated point's errors, and how
+    the search went (method, points in the grid, points evaluated; coordinate descent: sweeps, start)."""
+
+    best: Weights
+    dev_wer: float
+    dev_ref_words: int
+    grid: list[tuple[Weights, int]]
+    search: dict = field(default_factory=dict)
+
+
+def grid_errors(sets: list[ScoredSet], lambda_grids, beta_grid) -> list[tuple[Weights, list[int]]]:
+    """Errors per set for every grid point (vectorised over the first LM's lambdas)."""
+    first = np.asarray(lambda_grids[0], dtype=float)
+    out = []
+    for beta in beta_grid:
+        for rest in itertools.product(*lambda_grids[1:]):
+            per_set = []
+            for s in sets:
+                base = s.am + beta * s.n_words
+                for weight, lm in zip(rest, s.lm[1:]):
+                    base = base + weight * lm
+                totals = base[None] + first[:, None, None] * s.lm[0][None]
+                chosen = np.argmax(totals, axis=2)  # [G, U]
+                per_set.append(np.take_along_axis(s.errors[None], chosen[..., None], 2)[..., 0].sum(1))
+            for g, weight in enumerate(first):
+                out.append((Weights((float(weight),) + tuple(rest), float(beta)), [int(e[g]) for e in per_set]))
+    return out
+
+
+SEARCHES = ("auto", "grid", "coordinate")
+MAX_GRID_POINTS = 50_000
+
+
+def _order(weights: Weights, errors: int):
+    """Sort key of a search point: fewer errors, then smaller lambdas, |beta|, beta, alphas."""
+    return (errors, weights.lambdas, abs(weights.beta), weights.beta, weights.alphas)
+
+
+def _full_grid(sets, lambda_grids, beta_grid, alpha_grids) -> list[tuple[Weights, int]]:
+    """Pooled errors of every grid point (alphas outermost, the rest vectorised by grid_errors)."""
+    out = []
+    for alphas in itertools.product(*alpha_grids) if alpha_grids else [()]:
+        normalised = [s.with_alphas(alphas) for s in sets]
+        out += [(replace(w, alphas=alphas), sum(e)) for w, e in grid_errors(normalised, lambda_grids, beta_grid)]
+    return out
+
+
+def _coordinate_descent(sets, lambda_grids, beta_grid, alpha_grids) -> tuple[list[tuple[Weights, int]], dict]:
+    """Block coordinate descent on the grid: from the smallest weights, set one block at a time to its
+    best grid values with the others fixed (each LM's lambda, with its alpha when the LM is
+    length-normalised: alpha matters only when lambda > 0; then beta); sweep until a sweep changes
+    nothing. Every move lowers (errors, tie order), so it ends at a point that no change of a single
+    block improves, not necessarily the grid's best. Returns the evaluated points and the sweep count."""
+    seen: dict[tuple, int] = {}
+
+    def errors(w: Weights) -> int:
+        key = (w.lambdas, w.beta, w.alphas)
+        if key not in seen:
+            seen[key] = sum(s.errors_of(s.choose(w.lambdas, w.beta, w.alphas)) for s in sets)
+        return seen[key]
+
+    def candidates(w: Weights, j: int):
+        if j == len(lambda_grids):
+            return [replace(w, beta=b) for b in beta_grid]
+        alphas = alpha_grids[j] if alpha_grids else [None]
+        return [
+            replace(w, lambdas=w.lambdas[:j] + (lam,) + w.lambdas[j + 1 :],
+                    alphas=w.alphas if a is None else w.alphas[:j] + (a,) + w.alphas[j + 1 :])
+            for lam, a in itertools.product(lambda_grids[j], alphas)
+        ]
+
+    start = Weights(
+        tuple(min(g) for g in lambda_grids),
+        min(beta_grid, key=lambda b: (abs(b), b)),
+        tuple(min(g) for g in alpha_grids) if alpha_grids else (),
+    )
+    current, sweeps, moved = start, 0, True
+    while moved:
+        sweeps, moved = sweeps + 1, False
+        for j in range(len(lambda_grids) + 1):
+            best = min(candidates(current, j), key=lambda w: _order(w, errors(w)))
+            if best != current:
+                current, moved = best, True
+    points = [(Weights(lam, beta, alphas), e) for (lam, beta, alphas), e in seen.items()]
+    return points, {"sweeps": sweeps, "start": asdict(start)}
+
+
+def tune(
+    dev_sets: list[ScoredSet],
+    lambda_grids: list[list[float]],
+    beta_grid: list[float],
+    alpha_grids: list[list[float]] | None = None,
+    search: str = "auto",
+    max_grid_points: int = MAX_GRID_POINTS,
+) -> TuneResult:
+    """Choose the weights minimising the pooled dev WER; ties -> smaller lambdas, |beta|, alphas.
+
+    ``alpha_grids``: per LM, the length-penalty alphas to try ([0.0] for an LM not normalised); None =
+    no length normalisation. ``search``: ``grid`` evaluates every point, ``coordinate`` runs
+    :func:`_coordinate_descent` (block coordinate descent), ``auto`` = grid up to ``max_grid_points``
+    points, else coordinate.
+    """
+    if not dev_sets:
+        raise InputError("tuning needs at least one dev set")
+    n_lms = dev_sets[0].lm.shape[0]
+    if len(lambda_grids) != n_lms or n_lms == 0:
+        raise InputError(f"need one lambda grid per LM ({n_lms}), got {len(lambda_grids)}")
+    if alpha_grids is not None and len(alpha_grids) != n_lms:
+        raise InputError(f"need one alpha grid per LM ({n_lms}), got {len(alpha_grids)}")
+    if search not in SEARCHES:
+        raise InputError(f"--search: unknown search {search!r} (want one of {', '.join(SEARCHES)})")
+    n_points = math.prod(len(g) for g in lambda_grids + (alpha_grids or [])) * len(beta_grid)
+    method = search if search != "auto" else ("grid" if n_points <= max_grid_points else "coordinate")
+    ref_words = int(sum(s.ref_words.sum() for s in dev_sets))
+    if method == "grid":
+        grid, info = _full_grid(dev_sets, lambda_grids, beta_grid, alpha_grids), {}
+    else:
+        grid, info = _coordinate_descent(dev_sets, lambda_grids, beta_grid, alpha_grids)
+    best_w, best_e = min(grid, key=lambda item: _order(*item))
+    info = {"method": method, "requested": search, "max_grid_points": max_grid_points, "grid_points": n_points,
+            "evaluated": len(grid), **info}
+    return TuneResult(best_w, wer_percent(best_e, ref_words), ref_words, grid, info)
+
+
+DEFAULT_ALPHA_GRID = [round(0.1 * i, 10) for i in range(11)]
+
+
+def length_norm_grids(length_norm, n_lms: int, alpha_grid) -> tuple[tuple[str, ...], list | None]:
+    """(kind per LM, alpha grid per LM for :func:`tune`, or None when no LM is length-normalised);
+    ``alpha_grid`` None = :data:`DEFAULT_ALPHA_GRID`."""
+    kinds = tuple(length_norm) if length_norm else ("none",) * n_lms
+    if len(kinds) != n_lms or any(k not in LENGTH_NORMS for k in kinds):
+        raise InputError(f"length_norm: want one of {', '.join(LENGTH_NORMS)} per LM ({n_lms}), got {list(kinds)}")
+    if all(k == "none" for k in kinds):
+        return kinds, None
+    grid = alpha_grid if alpha_grid is not None else DEFAULT_ALPHA_GRID
+    return kinds, [list(grid) if k != "none" else [0.0] for k in kinds]
