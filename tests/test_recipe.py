@@ -615,6 +615,24 @@ def test_existing_copy_is_used_by_its_files_and_never_deleted(tmp_path):
                                    "--lm-corpus"])
 
 
+def test_shared_copy_is_only_read_and_the_lm_corpus_goes_to_its_own_dir(tmp_path):
+    """A complete shared copy without the LM corpus: nothing is written in it (no archives/), and the
+    LM corpus is downloaded to --lm-dir; the recipe passes --lm_corpus_dir there and reads it in stage 3."""
+    copy = tmp_path / "shared"
+    _fake_copy(copy, ["dev-clean"])
+    (copy / "librispeech-lm-norm.txt.gz").unlink()
+    before = sorted(copy.rglob("*"))
+    mirror = tmp_path / "mirror"
+    _make_mirror(mirror, ["dev-clean"])
+    download_librispeech.main(["--dir", str(copy), "--mirror", str(mirror), "--parts", "dev-clean", "--lm-corpus",
+                               "--lm-dir", str(tmp_path / "lm")])
+    assert sorted(copy.rglob("*")) == before
+    assert (tmp_path / "lm" / "librispeech-lm-norm.txt.gz").read_bytes() == \
+        (mirror / "11" / "librispeech-lm-norm.txt.gz").read_bytes()
+    run_sh = (RECIPE / "run.sh").read_text()
+    assert '--lm-dir "${lm_corpus_dir}"' in run_sh and 'books=("${lm_corpus_dir}/librispeech-lm-norm.txt.gz")' in run_sh
+
+
 # ---------------------------------------------------------------------------------------------
 # The full-scale ASR config and ESPnet's speed perturbation
 

@@ -35,7 +35,9 @@ nj=2                   # jobs (key-file shards) of collect-stats, decoding and L
 mini=true              # true: offline mini corpus; false: LibriSpeech
 micro=false            # with --mini true: a few-minute smoke run (CI)
 workdir=               # where downloads/ data/ exp/ go (default: . for LibriSpeech, mini/ or micro/)
-librispeech_dir=       # directory holding LibriSpeech/ (default: ${workdir}/downloads)
+librispeech_dir=       # directory holding LibriSpeech/ (default: ${workdir}/downloads); an existing complete
+                       # copy is only read (it may be read-only and shared)
+lm_corpus_dir=         # LibriSpeech: where librispeech-lm-norm.txt.gz is or is downloaded to (default: --librispeech_dir)
 mirror=https://www.openslr.org/resources   # or a local directory with 12/ and 11/ (offline testing)
 lm_kinds=slm           # LMs to train and compare, e.g. "slm clm mlm bilm"
 lm_size=small          # full setting: conf/tuning/train_lm_<kind>_<lm_size>.yaml
@@ -164,6 +166,7 @@ if [ -z "${am_weights}" ]; then
 fi
 downloads="${workdir}/downloads"
 : "${librispeech_dir:=${downloads}}"
+: "${lm_corpus_dir:=${librispeech_dir}}"
 data="${workdir}/data"
 exp="${workdir}/exp"
 mkdir -p "${exp}/logs"
@@ -287,7 +290,8 @@ if run_stage 0 corpus; then
     else  # checks what is there by its files: quick when the corpus is complete; downloads run here
         # (compute nodes are often offline), as a job with e.g. --download_cmd 'local/run_slurm.sh --config conf/slurm.conf'
         ${download_cmd:-local/run_local.sh} "${stage_log}" python local/download_librispeech.py --mirror "${mirror}" \
-            --dir "${librispeech_dir}" --parts ${train_parts} ${dev_parts} ${test_parts} --lm-corpus
+            --dir "${librispeech_dir}" --parts ${train_parts} ${dev_parts} ${test_parts} --lm-corpus \
+            --lm-dir "${lm_corpus_dir}"
     fi
     finish_stage 0
 fi
@@ -337,7 +341,7 @@ if run_stage 3 lm_text; then
     elif [ "${mini}" = true ]; then
         books=("${MAIN_ROOT}/../shared/data/text/gutenberg"); norm=(--valid-every 1000)
     else
-        books=("${librispeech_dir}/librispeech-lm-norm.txt.gz"); norm=(--normalized)
+        books=("${lm_corpus_dir}/librispeech-lm-norm.txt.gz"); norm=(--normalized)
     fi
     need 0 "${books[@]}"
     mkdir -p "${data}/lm"
