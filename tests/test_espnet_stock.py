@@ -81,8 +81,9 @@ def test_stock_espnet_lm_stages_as_asr_sh_runs_them(installed, asr_exp, data, tm
     sentences = (data["root"] / "train.txt").read_text().splitlines()[:300]
     lm_train_text.write_text("".join(f"lm{i:04d} {s}\n" for i, s in enumerate(sentences)))
     lm_dev_text = asr_exp / "text"
-    config = {**TINY, "lm": "clm", "model": "slm_lm", "max_epoch": 1, "num_iters_per_epoch": 5, "batch_type": "folded",
-              "batch_size": 16, "optim": "adam", "optim_conf": {"lr": 1.0e-3}, "scheduler": None, "keep_nbest_models": 1,
+    config = {**TINY, "lm": "clm", "model": "slm_lm", "max_epoch": 1, "num_iters_per_epoch": 5,
+              "batch_type": "folded", "batch_size": 16, "optim": "adam", "optim_conf": {"lr": 1.0e-3},
+              "scheduler": None, "keep_nbest_models": 1,
               "best_model_criterion": [["valid", "loss", "min"]]}
     del config["batch_bins"], config["scheduler_conf"]
     lm_config = tmp_path / "train_lm_clm_tiny.yaml"
@@ -127,8 +128,9 @@ def test_stock_espnet_lm_stages_as_asr_sh_runs_them(installed, asr_exp, data, tm
     decode = tmp_path / "decode" / "output.1"
     (tmp_path / "keys.1.scp").write_text((asr_exp / "wav.scp").read_text())
     run(installed, "-m", "espnet2.bin.asr_inference", "--batch_size", "1", "--ngpu", "0",
-        "--data_path_and_name_and_type", f"{asr_exp / 'wav.scp'},speech,sound", "--key_file", str(tmp_path / "keys.1.scp"),
-        "--asr_train_config", str(asr_exp / "asr" / "config.yaml"), "--asr_model_file", str(asr_exp / "asr" / "model.pth"),
+        "--data_path_and_name_and_type", f"{asr_exp / 'wav.scp'},speech,sound",
+        "--key_file", str(tmp_path / "keys.1.scp"), "--asr_train_config", str(asr_exp / "asr" / "config.yaml"),
+        "--asr_model_file", str(asr_exp / "asr" / "model.pth"),
         "--output_dir", str(decode), "--lm_train_config", str(lm_exp / "config.yaml"),
         "--lm_file", str(lm_exp / "valid.loss.ave.pth"), "--lm_weight", "0.3", "--ctc_weight", "0.3",
         "--beam_size", "3", "--nbest", "3", cwd=tmp_path)

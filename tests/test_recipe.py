@@ -178,6 +178,15 @@ def test_stages_rerun_and_reuse_by_what_they_make(micro):
     assert (work / "exp" / "asr_train_asr_mini_raw_en_bpe100" / ".done").stat().st_mtime_ns == asr_done
 
 
+def test_inference_asr_model_names_the_decoding(micro):
+    """--inference_asr_model (ESPnet's): the checkpoint that decodes, in the decoding dir's name."""
+    work, _ = micro
+    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), "--stage", "7",
+                      "--stop_stage", "7", "--inference_asr_model", "valid.acc.best.pth", check=False)
+    assert proc.returncode != 0
+    assert "decode_asr_micro_asr_model_valid.acc.best/dev_clean/.done is missing: run stage 6 first" in proc.stderr
+
+
 def test_resources_never_redo_a_finished_training(micro):
     """Only --ngpu, --nj and the thread count differ: the stats and both trainings are reused, and nothing
     is renamed (the old recipe moved the finished experiments to .old.<time> and trained them again)."""
@@ -247,7 +256,8 @@ def fake_slurm(tmp_path):
     (bindir / "srun").write_text('#!/usr/bin/env bash\n[ "$1" = --export=ALL ] && shift\nexec "$@"\n')
     (bindir / "srun").chmod(0o755)
     record = tmp_path / "sbatch.args"
-    env = dict(os.environ, PATH=f"{bindir}:{Path(sys.executable).parent}:{os.environ['PATH']}", SBATCH_RECORD=str(record),
+    env = dict(os.environ, PATH=f"{bindir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+               SBATCH_RECORD=str(record),
                cmd_backend="slurm", slurm_partition="gpu")
     return env, record
 
@@ -344,8 +354,8 @@ def test_launchers_take_espnet_options_and_keep_old_logs(tmp_path, fake_slurm):
     assert len(args) == 2
     for wanted in ("--cpus-per-task 3", "--mem-per-cpu 2G", "--array 1-3%1", "--job-name shards", "--time 1:00"):
         assert wanted in args[0], wanted
-    proc = subprocess.run(["bash", "-c", f". ./cmd.sh && ${{train_cmd}} --num_nodes 2 {tmp_path}/n.log true"], cwd=RECIPE,
-                          env=dict(env, cmd_backend="local"), capture_output=True, text=True)
+    proc = subprocess.run(["bash", "-c", f". ./cmd.sh && ${{train_cmd}} --num_nodes 2 {tmp_path}/n.log true"],
+                          cwd=RECIPE, env=dict(env, cmd_backend="local"), capture_output=True, text=True)
     assert proc.returncode == 1 and "--num_nodes 2: this launcher runs on this machine only" in proc.stderr
     launch = ('. ./cmd.sh && python -m espnet2.bin.launch --cmd "${cuda_cmd} --name lm_x" '
               f'--log {tmp_path}/exp/train.log --ngpu 0 --num_nodes 2 --init_file_prefix {tmp_path}/exp/.dist_init_ '
@@ -369,7 +379,8 @@ def test_slurm_conf_routes_jobs_and_threads_follow_cpus(tmp_path, fake_slurm):
         last = record.read_text().splitlines()[-1]
         assert ("--partition gpu" in last and f"--gres gpu:{gpu}" in last) if gpu else \
             ("--partition cpu" in last and "--gres" not in last), (cmd, last)
-        assert "--export=ALL" in last and f"--cpus-per-task {2 if cmd == 'decode_cmd' else 4 if gpu == 0 else 8}" in last
+        cpus = {"decode_cmd": 2, "train_cmd": 4, "cuda_cmd": 8}[cmd]
+        assert "--export=ALL" in last and f"--cpus-per-task {cpus}" in last
         script = Path(last.split()[-1]).read_text()
         assert f"export OMP_NUM_THREADS={threads}" in script, (cmd, script)
     assert "threads=2" in (tmp_path / "decode_cmd.log").read_text()
@@ -380,7 +391,8 @@ def test_slurm_conf_routes_jobs_and_threads_follow_cpus(tmp_path, fake_slurm):
 
 def test_gpu_stages_request_gpus_through_the_launcher(micro, tmp_path, fake_slurm):
     """With --cmd_backend slurm --ngpu 2, ASR and LM training ask for 2 GPUs, decoding and LM scoring
-    for 1 GPU per array task of nj shards (the fake cluster refuses GPUs: each run stops at that job).
+    (--gpu_inference true) for 1 GPU per array task of nj shards (the fake cluster refuses GPUs: each run
+    stops at that job).
     The trainings run because their .done is removed (an interrupted training resumes): --ngpu alone
     never redoes a finished one."""
     env, record = fake_slurm
@@ -391,8 +403,10 @@ def test_gpu_stages_request_gpus_through_the_launcher(micro, tmp_path, fake_slur
     common = ["bash", "run.sh", "--mini", "true", "--micro", "true", "--workdir", str(work),
               "--cmd_backend", "slurm", "--ngpu", "2", "--nj", "2"]
     # from the last stage back, as a stopped training leaves no model for the stages after it
-    for stage, extra, wanted in ((7, ["--lambda_range", "0:1:0.5"], ["--gres gpu:1", "--array 1-2", "score_nbest"]),
-                                 (6, ["--inference_tag", "gpu"], ["--gres gpu:1", "--array 1-2", "decode_nbest"]),
+    for stage, extra, wanted in ((7, ["--lambda_range", "0:1:0.5", "--gpu_inference", "true"],
+                                  ["--gres gpu:1", "--array 1-2", "score_nbest"]),
+                                 (6, ["--inference_tag", "gpu", "--gpu_inference", "true"],
+                                  ["--gres gpu:1", "--array 1-2", "decode_nbest"]),
                                  (5, [], ["--gres gpu:2", "lm_train"]), (4, [], ["--gres gpu:2", "asr_train"])):
         record.unlink(missing_ok=True)
         if stage in (4, 5):
@@ -470,7 +484,8 @@ def test_python_option_names_the_environment(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     proc = run_recipe("--python", str(bare / "bin" / "python"), "--workdir", str(tmp_path / "w"), check=False)
     assert proc.returncode == 1
-    assert proc.stderr.startswith(f"run.sh: --python {bare / 'bin' / 'python'}: ") and "lacks espnet2 torch" in proc.stderr
+    assert proc.stderr.startswith(f"run.sh: --python {bare / 'bin' / 'python'}: ")
+    assert "lacks espnet2 torch" in proc.stderr
     assert not (tmp_path / "w").exists()
     proc = run_recipe("--stage", "9", "--stop_stage", "8", "--workdir", str(tmp_path / "w"))
     assert "finished stages 9..8" in proc.stdout and "setup_env" not in proc.stdout + proc.stderr

@@ -28,10 +28,12 @@ cd "$(dirname "$0")"
 
 stage=0
 stop_stage=8
-ngpu=0                 # GPUs per training job (ASR, LM); with ngpu > 0 each decoding/scoring job gets 1
+ngpu=0                 # GPUs per training job (ASR, LM)
+gpu_inference=false    # true: each decoding / LM scoring job gets 1 GPU (ESPnet's default: CPU)
 num_nodes=1            # nodes per training job (ESPnet's --num_nodes: DDP over num_nodes x ngpu GPUs through
                        # espnet2.bin.launch and srun; needs --cmd_backend slurm)
-nj=2                   # jobs (key-file shards) of collect-stats, decoding and LM scoring; synthesis processes
+nj=2                   # jobs (key-file shards) of collect-stats and speed perturbation; synthesis processes
+inference_nj=          # jobs (key-file shards) of decoding and LM scoring (default: --nj)
 mini=true              # true: offline mini corpus; false: LibriSpeech
 micro=false            # with --mini true: a few-minute smoke run (CI)
 workdir=               # where downloads/ data/ exp/ go (default: . for LibriSpeech, mini/ or micro/)
@@ -46,7 +48,8 @@ lm_init=default        # KIND=MODEL pairs: stage 5 fine-tunes that kind from our
                        # LM from scratch; default: "slm=slm-books clm=clm-books" (mini), "" (micro, LibriSpeech)
 asr_config=            # default: conf/train_asr.yaml, conf/train_asr_mini.yaml (mini/micro)
 decode_config=         # default: conf/decode_asr.yaml (mini: conf/decode_asr_mini.yaml, micro: conf/decode_asr_micro.yaml)
-inference_tag=         # decoding directory name (default: <decode config>_asr_model_valid.acc.ave)
+inference_tag=         # decoding directory name (default: <decode config>_asr_model_<inference_asr_model>)
+inference_asr_model=valid.acc.ave.pth  # the ASR checkpoint that decodes (e.g. valid.acc.best.pth, 10epoch.pth)
 asr_train_args=        # extra options for espnet2.bin.asr_train (e.g. "--max_epoch 1"); part of the exp name
 lm_train_args=         # extra options for slm_lm.bin.lm_train; part of the LM exp names (ESPnet's args tag)
 fusion_lm=             # e.g. clm: decode with that stage-5 LM fused in the beam (weight: lm_weight of
@@ -78,16 +81,18 @@ help_message="Usage: $0 [options]
   --bpe_size N  --speed_perturb_factors '0.9 1.0 1.1'  --inference_tag NAME  --workdir DIR  --asr_train_args '...'  --lm_train_args '...'
   --fusion_lm clm            decode with stage 5's clm fused in the beam (shallow fusion; its weight:
                              lm_weight of --decode_config, e.g. conf/decode_asr_lm.yaml)
-  --ngpu N                   GPUs per training job (DDP, --multiprocessing_distributed true); decoding
-                             and LM scoring use 1 GPU per job if N > 0
+  --ngpu N                   GPUs per training job (DDP, --multiprocessing_distributed true)
+  --gpu_inference true       decoding and LM scoring jobs get 1 GPU each (default: on CPU, as ESPnet)
+  --inference_nj N           key-file shards of decoding and LM scoring (default: --nj)
+  --inference_asr_model F    the ASR checkpoint that decodes (default: valid.acc.ave.pth)
   --num_nodes M              trainings on M nodes x N GPUs (espnet2.bin.launch: one sbatch --nodes M job
                              whose srun starts the DDP processes; --cmd_backend slurm)
-  --nj N                     key-file shards (JOB=1:N jobs) of collect-stats, decoding and LM scoring
+  --nj N                     key-file shards (JOB=1:N jobs) of collect-stats and speed perturbation
   --cmd_backend local|slurm  local: jobs run here, in parallel; slurm: sbatch --wait, JOB=1:N as
                              job arrays (--array=1-N), GPUs as --gres=gpu:N (cmd.sh, local/run_slurm.sh)
 
 Cluster (Slurm; partitions in conf/slurm.conf: CPU jobs to cpu, GPU jobs to gpu), LibriSpeech-960 on 4-GPU nodes:
-  ./run.sh --mini false --librispeech_dir /data --cmd_backend slurm --ngpu 4 --nj 32
+  ./run.sh --mini false --librispeech_dir /data --cmd_backend slurm --ngpu 4 --nj 32 --gpu_inference true
     (slurm_partition=NAME: every job to that partition; each job's threads are its CPUs per GPU)
     stages 0-3, 8: one CPU job each (\${train_cmd}: --num_threads 4)
     stage 4: collect-stats as 32 CPU array tasks, then ASR training: one job, --gres=gpu:4
@@ -183,13 +188,14 @@ lm_exp() { local start tokens="bpe${bpe_size}"; start=$(lm_start "$1")
            [ -n "${start}" ] && tokens=$(basename "${start}")
            echo "${exp}/lm_$(basename "$(lm_conf "$1")" .yaml)_en_${tokens}$(args_tag "${lm_train_args}")"; }
 asr_model=valid.acc.ave.pth
-: "${inference_tag:=$(basename "${decode_config}" .yaml)${fusion_lm:+_lm_$(basename "$(lm_exp "${fusion_lm}")")}_asr_model_${asr_model%.pth}}"
+: "${inference_nj:=${nj}}"
+: "${inference_tag:=$(basename "${decode_config}" .yaml)${fusion_lm:+_lm_$(basename "$(lm_exp "${fusion_lm}")")}_asr_model_$(echo "${inference_asr_model%.*}" | tr / _)}"
 decode_dir="${asr_exp}/${inference_tag}"                  # <set>/<k>best_recog, <set>/score_wer
 rescore_dir() { echo "${decode_dir}_rescore_$(basename "$(lm_exp "$1")")"; }   # one per LM
 under() { echo "$1" | tr '-' '_'; }
 eval_sets=""; for p in ${dev_parts} ${test_parts}; do eval_sets+=" $(under "${p}")"; done
 test_sets=""; for p in ${test_parts}; do test_sets+=" $(under "${p}")"; done
-if [ "${ngpu}" -gt 0 ]; then
+if [ "${gpu_inference}" = true ]; then
     device=cuda; infer_cmd="${cuda_cmd} --gpu 1"       # one GPU per decoding / scoring job
 else
     device=cpu; infer_cmd="${decode_cmd} --gpu 0"
@@ -450,7 +456,7 @@ if run_stage 5 lm_train; then
 fi
 
 if run_stage 6 decode; then
-    need 4 "${asr_exp}/${asr_model}"
+    need 4 "${asr_exp}/${inference_asr_model}"
     fusion=()
     if [ -n "${fusion_lm}" ]; then
         need 5 "$(lm_exp "${fusion_lm}")/valid.loss.ave.pth"
@@ -460,12 +466,12 @@ if run_stage 6 decode; then
         need 1 "${data}/${s}/wav.scp"
         dir="${decode_dir}/${s}"; logdir="${dir}/logdir"
         decode=(python local/decode_nbest.py --asr-config "${asr_exp}/config.yaml"
-                --asr-model "${asr_exp}/${asr_model}" --decode-config "${decode_config}" --data "${data}/${s}" ${fusion[@]+"${fusion[@]}"})
+                --asr-model "${asr_exp}/${inference_asr_model}" --decode-config "${decode_config}" --data "${data}/${s}" ${fusion[@]+"${fusion[@]}"})
         desc=$(work "${decode[@]}" "${data}/${s}/wav.scp" "${data}/${s}/text")
         if ! reuse "${dir}" "${desc}"; then
             redo "${dir}"
             # ESPnet's asr.sh: the keys split into nj shards, one job (and GPU) each, then merged
-            _nj=$(min "${nj}" "$(wc -l < "${data}/${s}/wav.scp")")
+            _nj=$(min "${inference_nj}" "$(wc -l < "${data}/${s}/wav.scp")")
             split_keys "${data}/${s}/wav.scp" "${logdir}" "${_nj}"
             ${infer_cmd} JOB=1:"${_nj}" "${logdir}/decode.JOB.log" "${decode[@]}" \
                 --keys "${logdir}/keys.JOB" --out "${logdir}/output.JOB" --device "${device}"
@@ -502,7 +508,7 @@ if run_stage 7 rescore; then
             # LM scores of the N-best hypotheses: nj shards of the utterances, one job (and GPU) each,
             # merged into the score cache that the rescoring then reads
             mkdir -p "${logdir}"; sort "${keys[@]}" > "${logdir}/all_keys"
-            _nj=$(min "${nj}" "$(wc -l < "${logdir}/all_keys")")
+            _nj=$(min "${inference_nj}" "$(wc -l < "${logdir}/all_keys")")
             split_keys "${logdir}/all_keys" "${logdir}" "${_nj}"
             ${infer_cmd} JOB=1:"${_nj}" "${logdir}/lm_score.JOB.log" python local/score_nbest_lm.py \
                 --lm "${lm_dir}" --nbest 10 --keys "${logdir}/keys.JOB" --device "${device}" \
