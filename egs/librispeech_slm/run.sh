@@ -73,9 +73,14 @@ python=                # the Python of every step (ESPnet's --python); default: 
 help_message="Usage: $0 [options]
   --stage N --stop_stage N   run stages N..M (0 corpus, 1 data, 2 bpe, 3 lm_text, 4 asr_train,
                              5 lm_train, 6 decode, 7 rescore, 8 results); every selected stage runs,
-                             finished identical work (same command and inputs) is reused
-  --mini true|false          offline mini corpus (default) or LibriSpeech-960 (--librispeech_dir DIR,
-                             --mirror URL|DIR); --micro true: the CI smoke run
+                             finished identical work (same command and inputs) is reused, whatever the
+                             resources (--ngpu, --nj, --num_nodes, threads); a finished training of other
+                             work (edited config) stops the run: nothing trained is renamed or deleted
+  --mini true|false          offline mini corpus (default) or LibriSpeech-960 (--librispeech_dir DIR: an
+                             existing copy is only read; --lm_corpus_dir DIR; --mirror URL|DIR;
+                             --download_cmd LAUNCHER); --micro true: the CI smoke run
+  --python PATH              the Python of every step (default: the active python3 if it has ESPnet and
+                             slm_lm's packages, else the repository's .venv, made on first use)
   --lm_kinds 'slm clm mlm bilm tta'  --lm_size small|base  --asr_config YAML  --decode_config YAML
   --lm_init 'slm=slm-books'  mini: stage 5 fine-tunes the slm from the shipped slm-books ('' : from scratch)
   --bpe_size N  --speed_perturb_factors '0.9 1.0 1.1'  --inference_tag NAME  --workdir DIR  --asr_train_args '...'  --lm_train_args '...'
@@ -94,7 +99,8 @@ help_message="Usage: $0 [options]
 Cluster (Slurm; partitions in conf/slurm.conf: CPU jobs to cpu, GPU jobs to gpu), LibriSpeech-960 on 4-GPU nodes:
   ./run.sh --mini false --librispeech_dir /data --cmd_backend slurm --ngpu 4 --nj 32 --gpu_inference true
     (slurm_partition=NAME: every job to that partition; each job's threads are its CPUs per GPU)
-    stages 0-3, 8: one CPU job each (\${train_cmd}: --num_threads 4)
+    stages 0, 2, 3, 8: one CPU job each (\${train_cmd}: --num_threads 4; the download runs here)
+    stage 1: speed perturbation as 32 CPU array tasks
     stage 4: collect-stats as 32 CPU array tasks, then ASR training: one job, --gres=gpu:4
     stage 5: one job per LM kind, --gres=gpu:4
     stage 6: per set 32 array tasks (\${cuda_cmd} --gpu 1 JOB=1:32), each decodes one key file
