@@ -178,13 +178,17 @@ def test_stages_rerun_and_reuse_by_what_they_make(micro):
     assert (work / "exp" / "asr_train_asr_mini_raw_en_bpe100" / ".done").stat().st_mtime_ns == asr_done
 
 
-def test_inference_asr_model_names_the_decoding(micro):
-    """--inference_asr_model (ESPnet's): the checkpoint that decodes, in the decoding dir's name."""
-    work, _ = micro
-    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), "--stage", "7",
-                      "--stop_stage", "7", "--inference_asr_model", "valid.acc.best.pth", check=False)
+@pytest.mark.parametrize("options, tag", [
+    (["--inference_asr_model", "valid.acc.best.pth"], "decode_asr_micro_asr_model_valid.acc.best"),
+    (["--fusion_lm", "clm"],
+     "decode_asr_micro_lm_lm_train_lm_clm_mini_en_bpe100_valid.loss.ave_asr_model_valid.acc.ave"),
+])
+def test_decoding_dirs_are_named_as_espnet_names_them(tmp_path, options, tag):
+    """ESPnet's inference tag: --inference_asr_model's checkpoint, and the fusion LM's with its exp."""
+    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(tmp_path), "--stage", "7",
+                      "--stop_stage", "7", *options, check=False)
     assert proc.returncode != 0
-    assert "decode_asr_micro_asr_model_valid.acc.best/dev_clean/.done is missing: run stage 6 first" in proc.stderr
+    assert f"asr_train_asr_mini_raw_en_bpe100/{tag}/dev_clean/.done is missing: run stage 6 first" in proc.stderr
 
 
 def test_resources_never_redo_a_finished_training(micro):

@@ -195,7 +195,9 @@ lm_exp() { local start tokens="bpe${bpe_size}"; start=$(lm_start "$1")
            echo "${exp}/lm_$(basename "$(lm_conf "$1")" .yaml)_en_${tokens}$(args_tag "${lm_train_args}")"; }
 asr_model=valid.acc.ave.pth
 : "${inference_nj:=${nj}}"
-: "${inference_tag:=$(basename "${decode_config}" .yaml)${fusion_lm:+_lm_$(basename "$(lm_exp "${fusion_lm}")")}_asr_model_$(echo "${inference_asr_model%.*}" | tr / _)}"
+# ESPnet's inference tag: decode config, fusion LM experiment and its checkpoint, ASR checkpoint
+: "${inference_tag:=$(basename "${decode_config}" .yaml)${fusion_lm:+_lm_$(basename "$(lm_exp "${fusion_lm}")")_valid.loss.ave}\
+_asr_model_$(echo "${inference_asr_model%.*}" | tr / _)}"
 decode_dir="${asr_exp}/${inference_tag}"                  # <set>/<k>best_recog, <set>/score_wer
 rescore_dir() { echo "${decode_dir}_rescore_$(basename "$(lm_exp "$1")")"; }   # one per LM
 under() { echo "$1" | tr '-' '_'; }
