@@ -109,6 +109,8 @@ def test_kinds_registered_explicitly_not_on_import(tmp_path):
     `--lm slm|clm|mlm|bilm|tta --model slm_lm`."""
     code = """
 import argparse, sys
+# without the registration hook of an installed slm_lm (slm_lm_espnet_hook.pth, tested in test_espnet_stock)
+sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != 'RegisterKindsFinder']
 from espnet2.tasks.lm import LMTask, lm_choices, model_choices
 import slm_lm.espnet_lm.task, slm_lm.bin.lm_train, slm_lm.bin.asr_inference, slm_lm.bin.lm_calc_perplexity
 assert 'slm' not in lm_choices.classes and 'slm_lm' not in model_choices.classes, 'registered on import'
@@ -158,6 +160,7 @@ def test_shipped_configs_parse_and_hold_paper_hyper_parameters(tmp_path):
         cfg = lm_config(args.lm, 5003, args.lm_conf, str(path))
         assert path.name.startswith(f"train_lm_{cfg.kind}_")
         if path.parent.name == "tuning":
+            assert args.model == "slm_lm", path  # so that stock espnet2.bin.lm_train (asr.sh) builds our model
             size = path.stem.rsplit("_", 1)[1]
             assert (cfg.n_layers, cfg.d_model) == {"small": (6, 512), "base": (12, 768)}[size]
             assert args.batch_bins == 8192 and args.max_epoch * args.num_iters_per_epoch == 125000

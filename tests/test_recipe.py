@@ -29,10 +29,13 @@ from slm_lm.errors import InputError  # noqa: E402
 from slm_lm.scorer import Scorer  # noqa: E402
 
 
-def run_recipe(*args, check=True, timeout=900):
-    """./run.sh ARGS from the recipe directory; returns the CompletedProcess."""
+def run_recipe(*args, check=True, timeout=900, env=None):
+    """./run.sh ARGS from the recipe directory with this test's Python as the active python3; returns the
+    CompletedProcess."""
+    env = dict(env or os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     proc = subprocess.run(["bash", "run.sh", *args], cwd=RECIPE, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"run.sh {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -175,6 +178,52 @@ def test_stages_rerun_and_reuse_by_what_they_make(micro):
     assert (work / "exp" / "asr_train_asr_mini_raw_en_bpe100" / ".done").stat().st_mtime_ns == asr_done
 
 
+@pytest.mark.parametrize("options, tag", [
+    (["--inference_asr_model", "valid.acc.best.pth"], "decode_asr_micro_asr_model_valid.acc.best"),
+    (["--fusion_lm", "clm"],
+     "decode_asr_micro_lm_lm_train_lm_clm_mini_en_bpe100_valid.loss.ave_asr_model_valid.acc.ave"),
+])
+def test_decoding_dirs_are_named_as_espnet_names_them(tmp_path, options, tag):
+    """ESPnet's inference tag: --inference_asr_model's checkpoint, and the fusion LM's with its exp."""
+    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(tmp_path), "--stage", "7",
+                      "--stop_stage", "7", *options, check=False)
+    assert proc.returncode != 0
+    assert f"asr_train_asr_mini_raw_en_bpe100/{tag}/dev_clean/.done is missing: run stage 6 first" in proc.stderr
+
+
+def test_resources_never_redo_a_finished_training(micro):
+    """Only --ngpu, --nj and the thread count differ: the stats and both trainings are reused, and nothing
+    is renamed (the old recipe moved the finished experiments to .old.<time> and trained them again)."""
+    work, _ = micro
+    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), "--stage", "4",
+                      "--stop_stage", "5", "--ngpu", "1", "--nj", "1", "--train_threads", "1", timeout=600)
+    assert proc.stdout.count(": reused") == 3, proc.stdout
+    assert not list(work.rglob("*.old.*"))
+
+
+def test_training_options_name_the_experiment_and_a_finished_one_is_kept(micro):
+    """--lm_train_args is part of the LM experiment's name (ESPnet's args tag), so a variant needs its own
+    training; a finished training whose work changed (here its recorded command) stops the run, kept as
+    it is: never renamed, deleted or retrained in place."""
+    work, _ = micro
+    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), "--stage", "7",
+                      "--stop_stage", "7", "--lm_train_args", "--seed 1", check=False)
+    assert proc.returncode != 0
+    assert "exp/lm_train_lm_slm_mini_en_bpe100_seed1/.done is missing: run stage 5 first" in proc.stderr
+    lm = work / "exp" / "lm_train_lm_slm_mini_en_bpe100"
+    done = (lm / ".done").read_text()
+    before = sorted(p.name for p in lm.iterdir())
+    (lm / ".done").write_text(done.replace("--resume\n", "--resume_other\n"))
+    try:
+        proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), "--stage", "5",
+                          "--stop_stage", "5", check=False)
+    finally:
+        (lm / ".done").write_text(done)
+    assert proc.returncode != 0 and f"{lm} holds a training finished by other work" in proc.stderr
+    assert "--resume_other" in proc.stderr and "\n" not in proc.stderr.strip()
+    assert sorted(p.name for p in lm.iterdir()) == before and not list(work.rglob("*.old.*"))
+
+
 # ---------------------------------------------------------------------------------------------
 # Cluster launchers: a fake `sbatch` on PATH records its arguments and runs the job script (each task
 # of an array with its SLURM_ARRAY_TASK_ID); it refuses GPU requests, as this machine has none.
@@ -186,12 +235,13 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --array) array=$2; shift 2 ;;
         --gres) gres=$2; shift 2 ;;
-        --wait|--parsable) shift ;;
+        --wait|--parsable|--*=*) shift ;;
         --*) shift 2 ;;
         *) script=$1; shift ;;
     esac
 done
 [ -z "${gres}" ] || { echo "fake sbatch: no GPUs in this test cluster" >&2; exit 1; }
+array=${array%%%*}  # a throttle (1-N%M) runs the tasks in turn here anyway
 rc=0
 for ((i = ${array%-*}; i <= ${array#*-}; i++)); do
     SLURM_ARRAY_TASK_ID=$i SLURM_JOB_ID=42 bash "${script}" || rc=1
@@ -207,8 +257,11 @@ def fake_slurm(tmp_path):
     bindir.mkdir()
     (bindir / "sbatch").write_text(FAKE_SBATCH)
     (bindir / "sbatch").chmod(0o755)
+    (bindir / "srun").write_text('#!/usr/bin/env bash\n[ "$1" = --export=ALL ] && shift\nexec "$@"\n')
+    (bindir / "srun").chmod(0o755)
     record = tmp_path / "sbatch.args"
-    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", SBATCH_RECORD=str(record),
+    env = dict(os.environ, PATH=f"{bindir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+               SBATCH_RECORD=str(record),
                cmd_backend="slurm", slurm_partition="gpu")
     return env, record
 
@@ -286,9 +339,66 @@ def test_launchers_split_job_arrays(tmp_path, fake_slurm):
     assert "--gres gpu:2" in last and "--array 1-4" in last and "--cpus-per-task 8" in last
 
 
+def test_launchers_take_espnet_options_and_keep_old_logs(tmp_path, fake_slurm):
+    """Both launchers take the options of ESPnet's run.pl/slurm.pl (--num_threads, --mem, --max_jobs_run,
+    --name, --num_nodes): Slurm gets them as --cpus-per-task, --mem, --array 1-N%M, --job-name, --nodes;
+    locally --max_jobs_run 1 runs the array one job at a time and --num_nodes 2 is refused. A log of an
+    earlier run is kept as <log>.1.log. ESPnet's launcher runs a 2-node job through local/slurm.pl."""
+    env, record = fake_slurm
+    options = "--num_threads 3 --mem 2G --max_jobs_run 1 --name shards --time 1:00"
+    for backend in ("local", "slurm"):
+        out = tmp_path / backend
+        job = (f'. ./cmd.sh && ${{train_cmd}} {options} JOB=1:3 {out}/log/x.JOB.log '
+               f'sh -c "echo start >> {out}/order; sleep 0.3; echo end JOB >> {out}/order"')
+        for _ in range(2):
+            subprocess.run(["bash", "-c", job], cwd=RECIPE, env=dict(env, cmd_backend=backend), check=True)
+        assert (out / "order").read_text().split("\n")[:6] == ["start", "end 1", "start", "end 2", "start", "end 3"]
+        assert (out / "log" / "x.2.1.log").exists() and (out / "log" / "x.2.log").exists()
+    args = record.read_text().splitlines()
+    assert len(args) == 2
+    for wanted in ("--cpus-per-task 3", "--mem-per-cpu 2G", "--array 1-3%1", "--job-name shards", "--time 1:00"):
+        assert wanted in args[0], wanted
+    proc = subprocess.run(["bash", "-c", f". ./cmd.sh && ${{train_cmd}} --num_nodes 2 {tmp_path}/n.log true"],
+                          cwd=RECIPE, env=dict(env, cmd_backend="local"), capture_output=True, text=True)
+    assert proc.returncode == 1 and "--num_nodes 2: this launcher runs on this machine only" in proc.stderr
+    launch = ('. ./cmd.sh && python -m espnet2.bin.launch --cmd "${cuda_cmd} --name lm_x" '
+              f'--log {tmp_path}/exp/train.log --ngpu 0 --num_nodes 2 --init_file_prefix {tmp_path}/exp/.dist_init_ '
+              '--multiprocessing_distributed true -- python -c "import sys; print(*sys.argv[1:])" --resume true')
+    subprocess.run(["bash", "-c", launch], cwd=RECIPE, env=env, check=True, capture_output=True)
+    last = record.read_text().splitlines()[-1]
+    assert "--nodes 2" in last and "--job-name lm_x" in last, last
+    log = (tmp_path / "exp" / "train.log").read_text()
+    assert "--resume true --ngpu 0 --multiprocessing_distributed true --dist_launcher slurm" in log, log
+
+
+def test_slurm_conf_routes_jobs_and_threads_follow_cpus(tmp_path, fake_slurm):
+    """With cmd_backend=slurm and no $slurm_partition, conf/slurm.conf (ESPnet's format) decides: a CPU
+    job goes to the cpu partition without GPUs, a GPU job to the gpu partition with --gres; each job's
+    OMP_NUM_THREADS is its CPUs per GPU process; an option the conf has no rule for is refused."""
+    env, record = fake_slurm
+    env = {k: v for k, v in env.items() if k != "slurm_partition"}
+    for cmd, gpu, threads in (("decode_cmd", 0, 2), ("train_cmd", 0, 4), ("cuda_cmd", 2, 4)):
+        subprocess.run(["bash", "-c", f'. ./cmd.sh && ${{{cmd}}} --gpu {gpu} {tmp_path}/{cmd}.log '
+                        'sh -c "echo threads=\\$OMP_NUM_THREADS"'], cwd=RECIPE, env=env, capture_output=True)
+        last = record.read_text().splitlines()[-1]
+        assert ("--partition gpu" in last and f"--gres gpu:{gpu}" in last) if gpu else \
+            ("--partition cpu" in last and "--gres" not in last), (cmd, last)
+        cpus = {"decode_cmd": 2, "train_cmd": 4, "cuda_cmd": 8}[cmd]
+        assert "--export=ALL" in last and f"--cpus-per-task {cpus}" in last
+        script = Path(last.split()[-1]).read_text()
+        assert f"export OMP_NUM_THREADS={threads}" in script, (cmd, script)
+    assert "threads=2" in (tmp_path / "decode_cmd.log").read_text()
+    proc = subprocess.run(["bash", "-c", f". ./cmd.sh && ${{train_cmd}} --colour blue {tmp_path}/x.log true"],
+                          cwd=RECIPE, env=env, capture_output=True, text=True)
+    assert proc.returncode == 1 and "--colour blue: no rule for it in conf/slurm.conf" in proc.stderr
+
+
 def test_gpu_stages_request_gpus_through_the_launcher(micro, tmp_path, fake_slurm):
     """With --cmd_backend slurm --ngpu 2, ASR and LM training ask for 2 GPUs, decoding and LM scoring
-    for 1 GPU per array task of nj shards (the fake cluster refuses GPUs: each run stops at that job)."""
+    (--gpu_inference true) for 1 GPU per array task of nj shards (the fake cluster refuses GPUs: each run
+    stops at that job).
+    The trainings run because their .done is removed (an interrupted training resumes): --ngpu alone
+    never redoes a finished one."""
     env, record = fake_slurm
     work = tmp_path / "work"
     shutil.copytree(micro[0], work, symlinks=True)
@@ -297,10 +407,15 @@ def test_gpu_stages_request_gpus_through_the_launcher(micro, tmp_path, fake_slur
     common = ["bash", "run.sh", "--mini", "true", "--micro", "true", "--workdir", str(work),
               "--cmd_backend", "slurm", "--ngpu", "2", "--nj", "2"]
     # from the last stage back, as a stopped training leaves no model for the stages after it
-    for stage, extra, wanted in ((7, ["--lambda_range", "0:1:0.5"], ["--gres gpu:1", "--array 1-2", "score_nbest"]),
-                                 (6, ["--inference_tag", "gpu"], ["--gres gpu:1", "--array 1-2", "decode_nbest"]),
+    for stage, extra, wanted in ((7, ["--lambda_range", "0:1:0.5", "--gpu_inference", "true"],
+                                  ["--gres gpu:1", "--array 1-2", "score_nbest"]),
+                                 (6, ["--inference_tag", "gpu", "--gpu_inference", "true"],
+                                  ["--gres gpu:1", "--array 1-2", "decode_nbest"]),
                                  (5, [], ["--gres gpu:2", "lm_train"]), (4, [], ["--gres gpu:2", "asr_train"])):
         record.unlink(missing_ok=True)
+        if stage in (4, 5):
+            (work / "exp" / ("asr_train_asr_mini_raw_en_bpe100" if stage == 4 else "lm_train_lm_slm_mini_en_bpe100")
+             / ".done").unlink()
         proc = subprocess.run([*common, "--stage", str(stage), "--stop_stage", str(stage), *extra], cwd=RECIPE,
                               env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode != 0, proc.stdout
@@ -309,6 +424,15 @@ def test_gpu_stages_request_gpus_through_the_launcher(micro, tmp_path, fake_slur
         for w in wanted[:-1]:
             assert w in last, (stage, last)
         assert wanted[-1] in Path(script).read_text()
+    # --num_nodes 2: the LM training as one 2-node job whose srun starts the DDP processes (espnet2.bin.launch)
+    proc = subprocess.run([*common, "--stage", "5", "--stop_stage", "5", "--num_nodes", "2"], cwd=RECIPE,
+                          env=env, capture_output=True, text=True, timeout=600)
+    last = record.read_text().splitlines()[-1]
+    assert proc.returncode != 0 and "--nodes 2" in last and "--gres gpu:2" in last, last
+    script = Path(last.split()[-1]).read_text()
+    assert "srun" in script and "slm_lm.bin.lm_train" in script and "--dist_launcher slurm" in script
+    proc = subprocess.run([*common[:-6], "--num_nodes", "2"], cwd=RECIPE, env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "--num_nodes 2 needs --cmd_backend slurm" in proc.stderr
 
 
 def test_sharded_equals_unsharded(micro, tmp_path, fake_slurm):
@@ -354,6 +478,24 @@ def test_stage_out_of_order_names_the_missing_stage(tmp_path):
     assert proc.returncode != 0
     assert "run stage 2 first" in proc.stderr or "run stage 1 first" in proc.stderr
     assert not list((tmp_path / "exp").glob("asr_*"))
+
+
+def test_python_option_names_the_environment(tmp_path):
+    """--python: the interpreter of every step (ESPnet's --python), checked first: one lacking what the
+    recipe imports is refused in one line naming the missing packages; the default is the active python3
+    when it has them (here this test's), so no .venv is made or needed."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    proc = run_recipe("--python", str(bare / "bin" / "python"), "--workdir", str(tmp_path / "w"), check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"run.sh: --python {bare / 'bin' / 'python'}: ")
+    assert "lacks espnet2 torch" in proc.stderr
+    assert not (tmp_path / "w").exists()
+    proc = run_recipe("--stage", "9", "--stop_stage", "8", "--workdir", str(tmp_path / "w"))
+    assert "finished stages 9..8" in proc.stdout and "setup_env" not in proc.stdout + proc.stderr
+    chosen = subprocess.run(["bash", "-c", ". ./path.sh && command -v python"], cwd=RECIPE, capture_output=True,
+                            text=True, env=dict(os.environ, python=sys.executable), check=True).stdout.strip()
+    assert Path(chosen).samefile(sys.executable)
 
 
 def test_unknown_option_is_refused(tmp_path):
@@ -492,6 +634,24 @@ def test_existing_copy_is_used_by_its_files_and_never_deleted(tmp_path):
                                    "--lm-corpus"])
 
 
+def test_shared_copy_is_only_read_and_the_lm_corpus_goes_to_its_own_dir(tmp_path):
+    """A complete shared copy without the LM corpus: nothing is written in it (no archives/), and the
+    LM corpus is downloaded to --lm-dir; the recipe passes --lm_corpus_dir there and reads it in stage 3."""
+    copy = tmp_path / "shared"
+    _fake_copy(copy, ["dev-clean"])
+    (copy / "librispeech-lm-norm.txt.gz").unlink()
+    before = sorted(copy.rglob("*"))
+    mirror = tmp_path / "mirror"
+    _make_mirror(mirror, ["dev-clean"])
+    download_librispeech.main(["--dir", str(copy), "--mirror", str(mirror), "--parts", "dev-clean", "--lm-corpus",
+                               "--lm-dir", str(tmp_path / "lm")])
+    assert sorted(copy.rglob("*")) == before
+    assert (tmp_path / "lm" / "librispeech-lm-norm.txt.gz").read_bytes() == \
+        (mirror / "11" / "librispeech-lm-norm.txt.gz").read_bytes()
+    run_sh = (RECIPE / "run.sh").read_text()
+    assert '--lm-dir "${lm_corpus_dir}"' in run_sh and 'books=("${lm_corpus_dir}/librispeech-lm-norm.txt.gz")' in run_sh
+
+
 # ---------------------------------------------------------------------------------------------
 # The full-scale ASR config and ESPnet's speed perturbation
 
@@ -533,8 +693,16 @@ def test_speed_perturb_data_dir(tmp_path):
     for i in range(2):
         (chapter / f"19-198-000{i}.flac").write_bytes(_flac_bytes())
     data_prep.main(["--out", str(tmp_path / "train"), str(tmp_path / "c")])
+    # as run.sh's stage 1: the resampling as array jobs (each its share of the 4 copies), then the directory
+    for share in ("1/3", "2/3", "3/3"):
+        speed_perturb.main(["--factors", "0.9 1.0 1.1", "--audio-dir", str(tmp_path / "sp"), "--shard", share,
+                            str(tmp_path / "train"), str(tmp_path / "train_sp")])
+        assert not (tmp_path / "train_sp").exists()
+    written = {p: p.stat().st_mtime_ns for p in (tmp_path / "sp").rglob("*.flac")}
+    assert len(written) == 4
     speed_perturb.main(["--factors", "0.9 1.0 1.1", "--audio-dir", str(tmp_path / "sp"),
                         str(tmp_path / "train"), str(tmp_path / "train_sp")])
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "sp").rglob("*.flac")} == written
     wav = dict(line.split(" ", 1) for line in (tmp_path / "train_sp" / "wav.scp").read_text().splitlines())
     assert sorted(wav) == ["19-198-0000", "19-198-0001", "sp0.9-19-198-0000", "sp0.9-19-198-0001",
                            "sp1.1-19-198-0000", "sp1.1-19-198-0001"]
@@ -545,6 +713,9 @@ def test_speed_perturb_data_dir(tmp_path):
     assert abs(sf.info(wav["sp1.1-19-198-0000"]).frames - n / 1.1) <= 2
     with pytest.raises(InputError, match="--factors"):
         speed_perturb.main(["--factors", "fast", "--audio-dir", "x", str(tmp_path / "train"), str(tmp_path / "o")])
+    with pytest.raises(InputError, match="--shard '3/2': J must be between 1 and N"):
+        speed_perturb.main(["--factors", "1.1", "--audio-dir", "x", "--shard", "3/2", str(tmp_path / "train"),
+                            str(tmp_path / "o")])
 
 
 # ---------------------------------------------------------------------------------------------

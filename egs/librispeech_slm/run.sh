@@ -16,21 +16,30 @@
 #   7 LM scoring + rescoring, lambda tuned on dev        8 RESULTS.md (WER: baseline, rescored, oracle)
 # As in ESPnet, every stage from --stage to --stop_stage runs. What a stage makes lives in a directory
 # named by what made it (ESPnet's tags: exp/asr_<asr config>_raw_en_bpe<N>, exp/lm_<lm config>_en_bpe<N>,
-# <asr_exp>/<inference tag>/<set>); a finished one holds a .done file describing that work (command,
-# md5 of its inputs), written after its outputs were checked. The same work again is reused, other
-# work (a new LM kind, config, BPE size, data) is done; a killed job resumes.
+# <asr_exp>/<inference tag>/<set>; --asr_train_args/--lm_train_args add ESPnet's args tag, e.g.
+# exp/lm_train_lm_slm_mini_en_bpe300_max_epoch10); a finished one holds a .done file describing that work
+# (command, md5 of its inputs), written after its outputs were checked. The same work again is reused
+# (whatever --ngpu, --nj or threads: resources never invalidate work), other work (a new LM kind, config,
+# BPE size, data) is done; a killed job resumes. Nothing trained is ever renamed or deleted: a training
+# directory finished by other work (e.g. its config file edited) stops the run with a message.
 set -euo pipefail
 cd "$(dirname "$0")"
 { # the braces make bash read the whole script first, so editing it during a run is harmless
 
 stage=0
 stop_stage=8
-ngpu=0                 # GPUs per training job (ASR, LM); with ngpu > 0 each decoding/scoring job gets 1
-nj=2                   # jobs (key-file shards) of collect-stats, decoding and LM scoring; synthesis processes
+ngpu=0                 # GPUs per training job (ASR, LM)
+gpu_inference=false    # true: each decoding / LM scoring job gets 1 GPU (ESPnet's default: CPU)
+num_nodes=1            # nodes per training job (ESPnet's --num_nodes: DDP over num_nodes x ngpu GPUs through
+                       # espnet2.bin.launch and srun; needs --cmd_backend slurm)
+nj=2                   # jobs (key-file shards) of collect-stats and speed perturbation; synthesis processes
+inference_nj=          # jobs (key-file shards) of decoding and LM scoring (default: --nj)
 mini=true              # true: offline mini corpus; false: LibriSpeech
 micro=false            # with --mini true: a few-minute smoke run (CI)
 workdir=               # where downloads/ data/ exp/ go (default: . for LibriSpeech, mini/ or micro/)
-librispeech_dir=       # directory holding LibriSpeech/ (default: ${workdir}/downloads)
+librispeech_dir=       # directory holding LibriSpeech/ (default: ${workdir}/downloads); an existing complete
+                       # copy is only read (it may be read-only and shared)
+lm_corpus_dir=         # LibriSpeech: where librispeech-lm-norm.txt.gz is or is downloaded to (default: --librispeech_dir)
 mirror=https://www.openslr.org/resources   # or a local directory with 12/ and 11/ (offline testing)
 lm_kinds=slm           # LMs to train and compare, e.g. "slm clm mlm bilm"
 lm_size=small          # full setting: conf/tuning/train_lm_<kind>_<lm_size>.yaml
@@ -39,12 +48,14 @@ lm_init=default        # KIND=MODEL pairs: stage 5 fine-tunes that kind from our
                        # LM from scratch; default: "slm=slm-books clm=clm-books" (mini), "" (micro, LibriSpeech)
 asr_config=            # default: conf/train_asr.yaml, conf/train_asr_mini.yaml (mini/micro)
 decode_config=         # default: conf/decode_asr.yaml (mini: conf/decode_asr_mini.yaml, micro: conf/decode_asr_micro.yaml)
-inference_tag=         # decoding directory name (default: <decode config>_asr_model_valid.acc.ave)
-asr_train_args=        # extra options for espnet2.bin.asr_train (e.g. "--max_epoch 1")
-lm_train_args=         # extra options for slm_lm.bin.lm_train
+inference_tag=         # decoding directory name (default: <decode config>_asr_model_<inference_asr_model>)
+inference_asr_model=valid.acc.ave.pth  # the ASR checkpoint that decodes (e.g. valid.acc.best.pth, 10epoch.pth)
+asr_train_args=        # extra options for espnet2.bin.asr_train (e.g. "--max_epoch 1"); part of the exp name
+lm_train_args=         # extra options for slm_lm.bin.lm_train; part of the LM exp names (ESPnet's args tag)
 fusion_lm=             # e.g. clm: decode with that stage-5 LM fused in the beam (weight: lm_weight of
                        # --decode_config, e.g. conf/decode_asr_lm.yaml); bidirectional kinds are refused
-train_threads=         # CPU threads of a training job (default: --nj)
+train_threads=         # CPU threads of a training job, local backend (default: --nj); on Slurm a job's
+                       # threads are its CPUs (conf/slurm.conf, cmd.sh) per GPU
 bpe_size=              # default: 5000 (LibriSpeech), 300 (mini), 100 (micro)
 speed_perturb_factors=default  # ESPnet's: train on data/train_sp, one copy per factor; default:
                                # "0.9 1.0 1.1" (LibriSpeech), "" (mini: none, see conf/train_asr_mini.yaml)
@@ -56,35 +67,59 @@ am_weights=            # AM score of a hypothesis = these weights x its per-scor
                        # decoding weights, decoder=1-c,ctc=c with c the ctc_weight of --decode_config)
 lambda_range="0:5:0.1"
 cmd_backend=local      # local | slurm (see cmd.sh)
+download_cmd=          # launcher of stage 0's LibriSpeech download (default: here, local/run_local.sh)
+python=                # the Python of every step (ESPnet's --python); default: the active python3 when it
+                       # imports espnet and slm_lm's packages, else the repository's .venv (made on first use)
 help_message="Usage: $0 [options]
   --stage N --stop_stage N   run stages N..M (0 corpus, 1 data, 2 bpe, 3 lm_text, 4 asr_train,
                              5 lm_train, 6 decode, 7 rescore, 8 results); every selected stage runs,
-                             finished identical work (same command and inputs) is reused
-  --mini true|false          offline mini corpus (default) or LibriSpeech-960 (--librispeech_dir DIR,
-                             --mirror URL|DIR); --micro true: the CI smoke run
+                             finished identical work (same command and inputs) is reused, whatever the
+                             resources (--ngpu, --nj, --num_nodes, threads); a finished training of other
+                             work (edited config) stops the run: nothing trained is renamed or deleted
+  --mini true|false          offline mini corpus (default) or LibriSpeech-960 (--librispeech_dir DIR: an
+                             existing copy is only read; --lm_corpus_dir DIR; --mirror URL|DIR;
+                             --download_cmd LAUNCHER); --micro true: the CI smoke run
+  --python PATH              the Python of every step (default: the active python3 if it has ESPnet and
+                             slm_lm's packages, else the repository's .venv, made on first use)
   --lm_kinds 'slm clm mlm bilm tta'  --lm_size small|base  --asr_config YAML  --decode_config YAML
   --lm_init 'slm=slm-books'  mini: stage 5 fine-tunes the slm from the shipped slm-books ('' : from scratch)
   --bpe_size N  --speed_perturb_factors '0.9 1.0 1.1'  --inference_tag NAME  --workdir DIR  --asr_train_args '...'  --lm_train_args '...'
   --fusion_lm clm            decode with stage 5's clm fused in the beam (shallow fusion; its weight:
                              lm_weight of --decode_config, e.g. conf/decode_asr_lm.yaml)
-  --ngpu N                   GPUs per training job (DDP, --multiprocessing_distributed true); decoding
-                             and LM scoring use 1 GPU per job if N > 0
-  --nj N                     key-file shards (JOB=1:N jobs) of collect-stats, decoding and LM scoring
+  --ngpu N                   GPUs per training job (DDP, --multiprocessing_distributed true)
+  --gpu_inference true       decoding and LM scoring jobs get 1 GPU each (default: on CPU, as ESPnet)
+  --inference_nj N           key-file shards of decoding and LM scoring (default: --nj)
+  --inference_asr_model F    the ASR checkpoint that decodes (default: valid.acc.ave.pth)
+  --num_nodes M              trainings on M nodes x N GPUs (espnet2.bin.launch: one sbatch --nodes M job
+                             whose srun starts the DDP processes; --cmd_backend slurm)
+  --nj N                     key-file shards (JOB=1:N jobs) of collect-stats and speed perturbation
   --cmd_backend local|slurm  local: jobs run here, in parallel; slurm: sbatch --wait, JOB=1:N as
                              job arrays (--array=1-N), GPUs as --gres=gpu:N (cmd.sh, local/run_slurm.sh)
 
-Cluster (Slurm; partition from \$slurm_partition), LibriSpeech-960 on 4-GPU nodes:
-  slurm_partition=gpu ./run.sh --mini false --librispeech_dir /data --cmd_backend slurm --ngpu 4 --nj 32
-    stages 0-3, 8: one CPU job each (\${train_cmd}: --cpus 4)
+Cluster (Slurm; partitions in conf/slurm.conf: CPU jobs to cpu, GPU jobs to gpu), LibriSpeech-960 on 4-GPU nodes:
+  ./run.sh --mini false --librispeech_dir /data --cmd_backend slurm --ngpu 4 --nj 32 --gpu_inference true
+    (slurm_partition=NAME: every job to that partition; each job's threads are its CPUs per GPU)
+    stages 0, 2, 3, 8: one CPU job each (\${train_cmd}: --num_threads 4; the download runs here)
+    stage 1: speed perturbation as 32 CPU array tasks
     stage 4: collect-stats as 32 CPU array tasks, then ASR training: one job, --gres=gpu:4
     stage 5: one job per LM kind, --gres=gpu:4
     stage 6: per set 32 array tasks (\${cuda_cmd} --gpu 1 JOB=1:32), each decodes one key file
-    stage 7: per LM kind 32 scoring array tasks with 1 GPU each, merged, then lambda tuning on CPU
-  Array tasks are scheduled on any free node; a training job runs on one node (ESPnet --ngpu)."
+    stage 7: per LM kind 32 scoring array tasks with 1 GPU each, merged here, then lambda tuning on CPU
+  Array tasks are scheduled on any free node; a training job runs on one node (ESPnet --ngpu), or on
+  --num_nodes M nodes (espnet2.bin.launch, srun). The launchers take ESPnet's utils/slurm.pl options
+  (--num_threads --mem --max_jobs_run --name --num_nodes --config), and slurm.pl can replace them."
 
 . ./local/parse_options.sh
-# The repository's Python environment (.venv): created on first use, a quick no-op when up to date.
-bash ../../local/setup_env.sh
+# The Python environment: --python, else the active python3 when it has what the recipe imports, else the
+# repository's .venv (local/setup_env.sh: created on first use, a quick no-op when up to date)
+if [ -z "${python}" ]; then
+    python=python3
+    if ! python3 local/check_python.py 2>/dev/null; then
+        bash ../../local/setup_env.sh
+        python="$(cd ../.. && pwd)/.venv/bin/python"
+    fi
+fi
+python_error=$("${python}" local/check_python.py 2>&1) || { echo "$0: --python ${python}: ${python_error}" >&2; exit 1; }
 . ./path.sh
 . ./cmd.sh
 
@@ -92,6 +127,8 @@ log() { echo "$(date '+%F %T') (run.sh) $*"; }
 die() { echo "$(date '+%F %T') (run.sh) ERROR: $*" >&2; exit 1; }
 
 if [ "${micro}" = true ] && [ "${mini}" != true ]; then die "--micro true needs --mini true"; fi
+if [ "${num_nodes}" -gt 1 ] && [ "${cmd_backend}" != slurm ]; then die "--num_nodes ${num_nodes} needs --cmd_backend slurm"; fi
+micro_asr_args=""; micro_lm_args=""
 # lm_start KIND: the model that stage 5 fine-tunes KIND from (--lm_init), empty for none
 lm_start() { local pair; for pair in ${lm_init}; do [ "${pair%%=*}" = "$1" ] && echo "${pair#*=}"; done; return 0; }
 if [ "${mini}" = true ]; then
@@ -101,8 +138,9 @@ if [ "${mini}" = true ]; then
     : "${asr_config:=conf/train_asr_mini.yaml}"
     if [ "${micro}" = true ]; then
         : "${bpe_size:=100}"
-        : "${asr_train_args:=--max_epoch 1 --num_iters_per_epoch none --batch_bins 400000 --encoder_conf num_blocks=1 --decoder_conf num_blocks=1}"
-        : "${lm_train_args:=--max_epoch 1 --num_iters_per_epoch 10 --lm_conf size=tiny}"
+        # the smoke run's own sizes (not in the experiment names: "micro" is the workdir)
+        micro_asr_args="--max_epoch 1 --num_iters_per_epoch none --batch_bins 400000 --encoder_conf num_blocks=1 --decoder_conf num_blocks=1"
+        micro_lm_args="--max_epoch 1 --num_iters_per_epoch 10 --lm_conf size=tiny"
         : "${decode_config:=conf/decode_asr_micro.yaml}"
     fi
     : "${bpe_size:=300}"
@@ -139,27 +177,33 @@ if [ -z "${am_weights}" ]; then
 fi
 downloads="${workdir}/downloads"
 : "${librispeech_dir:=${downloads}}"
+: "${lm_corpus_dir:=${librispeech_dir}}"
 data="${workdir}/data"
 exp="${workdir}/exp"
 mkdir -p "${exp}/logs"
 train_set=train; sp=""
 if [ -n "${speed_perturb_factors}" ]; then train_set=train_sp; sp=_sp; fi
 token_dir="${data}/token_list/bpe${bpe_size}"
-# ESPnet's experiment names: the config's name, the features, language and token type
-asr_exp="${exp}/asr_$(basename "${asr_config}" .yaml)_raw_en_bpe${bpe_size}${sp}"
+# args_tag ARGS: ESPnet's tag of extra training options ("--max_epoch 10" -> _max_epoch10)
+args_tag() { echo "$1" | sed -e 's/--/_/g' -e 's/[ |=/]//g'; }
+# ESPnet's experiment names: the config's name, the features, language and token type, the args tag
+asr_exp="${exp}/asr_$(basename "${asr_config}" .yaml)_raw_en_bpe${bpe_size}$(args_tag "${asr_train_args}")${sp}"
 asr_stats="${exp}/asr_stats_raw_en_bpe${bpe_size}${sp}"
 # a fine-tuned LM keeps its start's tokenizer: named after the start, not the recipe's BPE
 lm_exp() { local start tokens="bpe${bpe_size}"; start=$(lm_start "$1")
            [ -n "${start}" ] && tokens=$(basename "${start}")
-           echo "${exp}/lm_$(basename "$(lm_conf "$1")" .yaml)_en_${tokens}"; }
+           echo "${exp}/lm_$(basename "$(lm_conf "$1")" .yaml)_en_${tokens}$(args_tag "${lm_train_args}")"; }
 asr_model=valid.acc.ave.pth
-: "${inference_tag:=$(basename "${decode_config}" .yaml)${fusion_lm:+_lm_$(basename "$(lm_exp "${fusion_lm}")")}_asr_model_${asr_model%.pth}}"
+: "${inference_nj:=${nj}}"
+# ESPnet's inference tag: decode config, fusion LM experiment and its checkpoint, ASR checkpoint
+: "${inference_tag:=$(basename "${decode_config}" .yaml)${fusion_lm:+_lm_$(basename "$(lm_exp "${fusion_lm}")")_valid.loss.ave}\
+_asr_model_$(echo "${inference_asr_model%.*}" | tr / _)}"
 decode_dir="${asr_exp}/${inference_tag}"                  # <set>/<k>best_recog, <set>/score_wer
 rescore_dir() { echo "${decode_dir}_rescore_$(basename "$(lm_exp "$1")")"; }   # one per LM
 under() { echo "$1" | tr '-' '_'; }
 eval_sets=""; for p in ${dev_parts} ${test_parts}; do eval_sets+=" $(under "${p}")"; done
 test_sets=""; for p in ${test_parts}; do test_sets+=" $(under "${p}")"; done
-if [ "${ngpu}" -gt 0 ]; then
+if [ "${gpu_inference}" = true ]; then
     device=cuda; infer_cmd="${cuda_cmd} --gpu 1"       # one GPU per decoding / scoring job
 else
     device=cpu; infer_cmd="${decode_cmd} --gpu 0"
@@ -190,21 +234,29 @@ work() {
         if [ -f "${w}" ]; then echo "${w} md5=$(md5sum < "${w}" | cut -d' ' -f1)"; else echo "${w}"; fi
     done
 }
+# done_work DIR: DIR/.done without resources (older recipes recorded the training's --ngpu)
+done_work() { awk 'skip { skip = 0; next } $0 == "--ngpu" { skip = 1; next } { print }' "$1/.done"; }
 # reuse DIR DESCRIPTION: true when DIR was finished by exactly this work (DIR/.done)
 reuse() {
-    if [ -f "$1/.done" ] && [ "$(cat "$1/.done")" = "$2" ]; then
+    if [ -f "$1/.done" ] && [ "$(done_work "$1")" = "$2" ]; then
         log "$1: reused (finished by the same work; delete $1/.done to redo it)"; return 0
     fi
-    [ -f "$1/.done" ] && log "$1: made by other work (see $1/.done), doing it anew"
+    [ -f "$1/.done" ] && log "$1: made by other work (see $1/.done)"
     return 1
 }
-# set_aside DIR: a training/decoding dir holding finished results of other work is renamed, not
-# resumed or overwritten (a dir without .done is an interrupted run of this work: it resumes)
-set_aside() {
-    if [ -f "$1/.done" ]; then
-        local old; old="$1.old.$(date +%Y%m%d%H%M%S)"
-        mv "$1" "${old}"; log "$1: finished by other work, moved to ${old}"
-    fi
+# keep_trained DIR DESCRIPTION: a training dir finished by other work is neither renamed, deleted nor
+# overwritten: the run stops (a dir without .done is an interrupted run of this work: it resumes)
+keep_trained() {
+    [ -f "$1/.done" ] || return 0
+    die "$1 holds a training finished by other work (its config or data changed):" \
+        "$(diff <(done_work "$1") <(echo "$2") | grep '^[<>]' | head -n 4 | tr '\n' ' ')" \
+        "-- it is kept as it is: train the new one under another name (e.g. an extra option in" \
+        "--asr_train_args/--lm_train_args, or another config file name), or delete $1/.done to continue it"
+}
+# redo DIR: results (not a training) made by other work are remade: DIR is emptied first, so that
+# no shard of the other work is resumed
+redo() {
+    if [ -f "$1/.done" ]; then log "$1: remade"; rm -rf "$1"; fi
 }
 # finished DIR DESCRIPTION FILE...: check the outputs, then record DIR as finished by this work
 finished() {
@@ -225,6 +277,18 @@ d = pretrained.path(sys.argv[1]) or Path(sys.argv[1])
 print(*sorted(d.glob("model.*")) + sorted(d.glob("*.pth")), sep="\n")' "$1"
 }
 min() { if [ "$1" -lt "$2" ]; then echo "$1"; else echo "$2"; fi; }
+# train DIR COMMAND...: a training (ASR or LM) into DIR, log DIR/train.log, --ngpu added; on several nodes
+# through ESPnet's launcher (srun in one multi-node job, rendezvous through a file in DIR), as asr.sh
+train() {
+    local dir=$1; shift
+    if [ "${num_nodes}" -gt 1 ]; then
+        OMP_NUM_THREADS="${train_threads:-${nj}}" python -m espnet2.bin.launch --cmd "${cuda_cmd} --name $(basename "${dir}")" \
+            --log "${dir}/train.log" --ngpu "${ngpu}" --num_nodes "${num_nodes}" \
+            --init_file_prefix "${dir}/.dist_init_" --multiprocessing_distributed true -- "$@"
+    else
+        OMP_NUM_THREADS="${train_threads:-${nj}}" ${cuda_cmd} --gpu "${ngpu}" "${dir}/train.log" "$@" --ngpu "${ngpu}"
+    fi
+}
 
 if run_stage 0 corpus; then
     if [ "${mini}" = true ]; then
@@ -237,9 +301,11 @@ if run_stage 0 corpus; then
                 --nj "${nj}" "${sizes[@]}"
             finished "${librispeech_dir}" "${desc}" "${librispeech_dir}/split.json"
         fi
-    else  # checks what is there by its files: quick when the corpus is complete
-        ${train_cmd} "${stage_log}" python local/download_librispeech.py --mirror "${mirror}" \
-            --dir "${librispeech_dir}" --parts ${train_parts} ${dev_parts} ${test_parts} --lm-corpus
+    else  # checks what is there by its files: quick when the corpus is complete; downloads run here
+        # (compute nodes are often offline), as a job with e.g. --download_cmd 'local/run_slurm.sh --config conf/slurm.conf'
+        ${download_cmd:-local/run_local.sh} "${stage_log}" python local/download_librispeech.py --mirror "${mirror}" \
+            --dir "${librispeech_dir}" --parts ${train_parts} ${dev_parts} ${test_parts} --lm-corpus \
+            --lm-dir "${lm_corpus_dir}"
     fi
     finish_stage 0
 fi
@@ -253,8 +319,11 @@ if run_stage 1 data; then
         subsets=(); for part in ${train_parts}; do subsets+=("${corpus}/${part}"); done
         python local/data_prep.py --out "${data}/train" "${subsets[@]}" || exit 1
         if [ -n "${speed_perturb_factors}" ]; then  # resumes: audio already written is kept
-            python local/speed_perturb.py --factors "${speed_perturb_factors}" --nj "${nj}" \
-                --audio-dir "${workdir}/dump/speed_perturb" "${data}/train" "${data}/train_sp" || exit 1
+            # the resampling as nj jobs of the launcher (asr.sh's format_wav_scp.sh), then the directory here
+            sp_opts=(--factors "${speed_perturb_factors}" --audio-dir "${workdir}/dump/speed_perturb")
+            ${train_cmd} JOB=1:"${nj}" "${exp}/logs/speed_perturb.JOB.log" python local/speed_perturb.py \
+                "${sp_opts[@]}" --shard JOB/"${nj}" "${data}/train" "${data}/train_sp" || exit 1
+            python local/speed_perturb.py "${sp_opts[@]}" "${data}/train" "${data}/train_sp" || exit 1
         fi
         subsets=(); for part in ${dev_parts}; do subsets+=("${corpus}/${part}"); done
         python local/data_prep.py --out "${data}/dev" "${subsets[@]}" || exit 1   # validation of the training
@@ -286,7 +355,7 @@ if run_stage 3 lm_text; then
     elif [ "${mini}" = true ]; then
         books=("${MAIN_ROOT}/../shared/data/text/gutenberg"); norm=(--valid-every 1000)
     else
-        books=("${librispeech_dir}/librispeech-lm-norm.txt.gz"); norm=(--normalized)
+        books=("${lm_corpus_dir}/librispeech-lm-norm.txt.gz"); norm=(--normalized)
     fi
     need 0 "${books[@]}"
     mkdir -p "${data}/lm"
@@ -331,22 +400,21 @@ if run_stage 4 asr_train; then
             --train_shape_file "${logdir}/train/keys.JOB" --valid_shape_file "${logdir}/valid/keys.JOB" \
             --output_dir "${logdir}/stats.JOB"
         stats_dirs=(); for ((j = 1; j <= _nj; j++)); do stats_dirs+=(--input_dir "${logdir}/stats.${j}"); done
-        ${train_cmd} "${logdir}/aggregate.log" python -m espnet2.bin.aggregate_stats_dirs \
+        local/run_local.sh "${logdir}/aggregate.log" python -m espnet2.bin.aggregate_stats_dirs \
             "${stats_dirs[@]}" --output_dir "${asr_stats}"
         finished "${asr_stats}" "${desc}" "${asr_stats}/train/feats_stats.npz" \
             "${asr_stats}/train/speech_shape" "${asr_stats}/valid/speech_shape"
     fi
     # the training command, in one place; --resume true: a killed training continues from checkpoint.pth
-    asr_train=(python -m espnet2.bin.asr_train "${common[@]}" --ngpu "${ngpu}" --multiprocessing_distributed true
-        --resume true
+    asr_train=(python -m espnet2.bin.asr_train "${common[@]}" --multiprocessing_distributed true --resume true
         --train_shape_file "${asr_stats}/train/speech_shape" --train_shape_file "${asr_stats}/train/text_shape"
         --valid_shape_file "${asr_stats}/valid/speech_shape" --valid_shape_file "${asr_stats}/valid/text_shape"
         --normalize global_mvn --normalize_conf "stats_file=${asr_stats}/train/feats_stats.npz"
-        --fold_length 80000 --fold_length 150 --output_dir "${asr_exp}" ${asr_train_args})
+        --fold_length 80000 --fold_length 150 --output_dir "${asr_exp}" ${micro_asr_args} ${asr_train_args})
     desc=$(work "${asr_train[@]}" "${inputs[@]}")
     if ! reuse "${asr_exp}" "${desc}"; then
-        set_aside "${asr_exp}"
-        OMP_NUM_THREADS="${train_threads:-${nj}}" ${cuda_cmd} --gpu "${ngpu}" "${asr_exp}/train.log" "${asr_train[@]}"
+        keep_trained "${asr_exp}" "${desc}"
+        train "${asr_exp}" "${asr_train[@]}"
         finished "${asr_exp}" "${desc}" "${asr_exp}/${asr_model}" "${asr_exp}/config.yaml"
     fi
     finish_stage 4
@@ -378,17 +446,17 @@ if run_stage 5 lm_train; then
             tokens=(--token_list "${lm_data}/tokens.txt" --bpemodel "${lm_data}/bpe.model" --init_param "${lm_data}/lm.pth")
         fi
         # the training command, in one place; --resume true: a killed training continues
-        lm_train=(python -m slm_lm.bin.lm_train --config "${conf}" --ngpu "${ngpu}" --multiprocessing_distributed true --resume true
+        lm_train=(python -m slm_lm.bin.lm_train --config "${conf}" --multiprocessing_distributed true --resume true
             "${tokens[@]}" --token_type bpe
             --train_data_path_and_name_and_type "${lm_data}/train/text,text,text"
             --train_shape_file "${lm_data}/train/text_shape"
             --valid_data_path_and_name_and_type "${lm_data}/valid/text,text,text"
             --valid_shape_file "${lm_data}/valid/text_shape" --output_dir "${lm_dir}"
-            --use_tensorboard false ${lm_train_args})
+            --use_tensorboard false ${micro_lm_args} ${lm_train_args})
         desc=$(work "${lm_train[@]}" "${lm_data}/train/text" "${lm_data}/valid/text")
         if ! reuse "${lm_dir}" "${desc}"; then
-            set_aside "${lm_dir}"
-            OMP_NUM_THREADS="${train_threads:-${nj}}" ${cuda_cmd} --gpu "${ngpu}" "${lm_dir}/train.log" "${lm_train[@]}"
+            keep_trained "${lm_dir}" "${desc}"
+            train "${lm_dir}" "${lm_train[@]}"
             finished "${lm_dir}" "${desc}" "${lm_dir}/config.yaml"
         fi
     done
@@ -396,7 +464,7 @@ if run_stage 5 lm_train; then
 fi
 
 if run_stage 6 decode; then
-    need 4 "${asr_exp}/${asr_model}"
+    need 4 "${asr_exp}/${inference_asr_model}"
     fusion=()
     if [ -n "${fusion_lm}" ]; then
         need 5 "$(lm_exp "${fusion_lm}")/valid.loss.ave.pth"
@@ -406,18 +474,19 @@ if run_stage 6 decode; then
         need 1 "${data}/${s}/wav.scp"
         dir="${decode_dir}/${s}"; logdir="${dir}/logdir"
         decode=(python local/decode_nbest.py --asr-config "${asr_exp}/config.yaml"
-                --asr-model "${asr_exp}/${asr_model}" --decode-config "${decode_config}" --data "${data}/${s}" ${fusion[@]+"${fusion[@]}"})
+                --asr-model "${asr_exp}/${inference_asr_model}" --decode-config "${decode_config}" --data "${data}/${s}" ${fusion[@]+"${fusion[@]}"})
         desc=$(work "${decode[@]}" "${data}/${s}/wav.scp" "${data}/${s}/text")
         if ! reuse "${dir}" "${desc}"; then
-            set_aside "${dir}"
+            redo "${dir}"
             # ESPnet's asr.sh: the keys split into nj shards, one job (and GPU) each, then merged
-            _nj=$(min "${nj}" "$(wc -l < "${data}/${s}/wav.scp")")
+            _nj=$(min "${inference_nj}" "$(wc -l < "${data}/${s}/wav.scp")")
             split_keys "${data}/${s}/wav.scp" "${logdir}" "${_nj}"
             ${infer_cmd} JOB=1:"${_nj}" "${logdir}/decode.JOB.log" "${decode[@]}" \
                 --keys "${logdir}/keys.JOB" --out "${logdir}/output.JOB" --device "${device}"
-            ${train_cmd} "${logdir}/merge.log" python local/decode_nbest.py --merge "${_nj}" \
+            # small merges and scoring run here, not as jobs in the queue
+            local/run_local.sh "${logdir}/merge.log" python local/decode_nbest.py --merge "${_nj}" \
                 --data "${data}/${s}" --out "${dir}"
-            ${train_cmd} "${logdir}/score_wer.log" python local/score_wer.py --data "${data}/${s}" "${dir}"
+            local/run_local.sh "${logdir}/score_wer.log" python local/score_wer.py --data "${data}/${s}" "${dir}"
             finished "${dir}" "${desc}" "${dir}/1best_recog/text" "${dir}/1best_recog/scores" "${dir}/text" \
                 "${dir}/score_wer/ref.trn" "${dir}/score_wer/hyp.trn" "${dir}/score_wer/result.txt"
         fi
@@ -443,21 +512,21 @@ if run_stage 7 rescore; then
             --lm "${lm_dir}" --nbest 10 --am-weights "${am_weights}" --lambda-range "${lambda_range}")
         desc=$(work "${rescore[@]}" "${lm_dir}/.done" "${devs[@]/%//.done}" "${tests[@]/%//.done}")
         if ! reuse "${out}" "${desc}"; then
-            set_aside "${out}"
+            redo "${out}"
             # LM scores of the N-best hypotheses: nj shards of the utterances, one job (and GPU) each,
             # merged into the score cache that the rescoring then reads
             mkdir -p "${logdir}"; sort "${keys[@]}" > "${logdir}/all_keys"
-            _nj=$(min "${nj}" "$(wc -l < "${logdir}/all_keys")")
+            _nj=$(min "${inference_nj}" "$(wc -l < "${logdir}/all_keys")")
             split_keys "${logdir}/all_keys" "${logdir}" "${_nj}"
             ${infer_cmd} JOB=1:"${_nj}" "${logdir}/lm_score.JOB.log" python local/score_nbest_lm.py \
                 --lm "${lm_dir}" --nbest 10 --keys "${logdir}/keys.JOB" --device "${device}" \
                 --cache "${logdir}/cache.JOB" "${devs[@]}" "${tests[@]}"
-            ${train_cmd} "${logdir}/merge.log" python local/score_nbest_lm.py --merge "${_nj}" \
+            local/run_local.sh "${logdir}/merge.log" python local/score_nbest_lm.py --merge "${_nj}" \
                 --cache "${out}/lm_cache" "${logdir}"
             ${train_cmd} "${logdir}/rescore.log" "${rescore[@]}" --device cpu --no-progress \
                 --cache "${out}/lm_cache" --out "${out}"
             for s in ${eval_sets}; do
-                ${train_cmd} "${logdir}/score_wer.${s}.log" python local/score_wer.py --data "${data}/${s}" "${out}/${s}"
+                local/run_local.sh "${logdir}/score_wer.${s}.log" python local/score_wer.py --data "${data}/${s}" "${out}/${s}"
             done
             finished "${out}" "${desc}" "${out}/tuning.json" "${out}/RESULTS.md"
         fi

@@ -4,8 +4,10 @@ ESPnet builds LMs by name from two `ClassChoices` tables (`espnet2.tasks.lm.lm_c
 `model_choices` for `--model`); extending them is its way of adding LM classes. `register_kinds()`
 adds `--lm slm|clm|mlm|bilm|tta` and `--model slm_lm`. Every slm_lm entry point that hands over to ESPnet
 calls it first (`slm_lm.bin.lm_train`, `slm_lm.bin.lm_calc_perplexity`, `slm_lm.bin.asr_inference`,
-`SlmLMTask.get_parser`); Python code that uses ESPnet's classes directly (e.g. `Speech2Text`) calls it
-once before building them.
+`SlmLMTask.get_parser`). In an environment where slm_lm is installed, the registration hook
+(`slm_lm_espnet_hook`, run through `slm_lm_espnet_hook.pth`) also calls it right after anything imports
+`espnet2.tasks.lm`, so ESPnet's own entry points (`python -m espnet2.bin.lm_train`, `lm_calc_perplexity`,
+`asr_inference`, as asr.sh runs them) and `Speech2Text` know the kinds. Importing slm_lm registers nothing.
 """
 from espnet2.tasks.lm import lm_choices, model_choices
 

@@ -10,8 +10,9 @@ checked against the MD5 listed in `<mirror>/12/md5sum.txt`, and unpacked into
 `<dir>/LibriSpeech/<part>/`. A part already there (unpacked by an earlier run or an existing copy of
 the user's) is checked by its files -- every transcript line has its non-empty audio file, every audio
 file its transcript line -- and used as it is; an incomplete one is an error naming the problem.
-Nothing that is there is deleted or replaced.
-With --lm-corpus, `<mirror>/11/librispeech-lm-norm.txt.gz` goes to `<dir>/` (MD5 from
+Nothing that is there is deleted or replaced, and a complete copy is only read (`archives/` is made
+only for a download), so a read-only shared copy works.
+With --lm-corpus, `<mirror>/11/librispeech-lm-norm.txt.gz` goes to `--lm-dir` (default `<dir>`; MD5 from
 `<mirror>/11/md5sum.txt` when the mirror has one, else the announced size is checked).
 A local mirror (a directory with `12/` and `11/`) makes the stage testable offline.
 """
@@ -198,13 +199,15 @@ def main(argv=None):
     p.add_argument("--mirror", default="https://www.openslr.org/resources")
     p.add_argument("--parts", nargs="+", default=PARTS, choices=PARTS)
     p.add_argument("--lm-corpus", action="store_true", help=f"also get {LM_CORPUS} (OpenSLR 11)")
+    p.add_argument("--lm-dir", help="where the LM corpus is or goes (default: --dir)")
     p.add_argument("--keep-archives", action="store_true")
     args = p.parse_args(argv)
     root = Path(args.dir)
-    (root / "archives").mkdir(parents=True, exist_ok=True)
+    lm_corpus = Path(args.lm_dir or args.dir) / LM_CORPUS
     mirror = args.mirror.rstrip("/")
     todo = [x for x in args.parts if not existing_part(root / "LibriSpeech" / x)]
     if todo:
+        (root / "archives").mkdir(parents=True, exist_ok=True)
         sums = read_md5sums(mirror, "12", required=True)
         for part in todo:
             archive = root / "archives" / f"{part}.tar.gz"
@@ -214,12 +217,13 @@ def main(argv=None):
                 archive.unlink()
     for part in args.parts:
         print(f"{root / 'LibriSpeech' / part}: ready")
-    if args.lm_corpus and (root / LM_CORPUS).exists():
-        check_gzip(root / LM_CORPUS)
+    if args.lm_corpus and lm_corpus.exists():
+        check_gzip(lm_corpus)
     elif args.lm_corpus:
-        get_verified(mirror, "11", LM_CORPUS, root / LM_CORPUS, read_md5sums(mirror, "11", False), False)
+        lm_corpus.parent.mkdir(parents=True, exist_ok=True)
+        get_verified(mirror, "11", LM_CORPUS, lm_corpus, read_md5sums(mirror, "11", False), False)
     if args.lm_corpus:
-        print(f"{root / LM_CORPUS}: ready")
+        print(f"{lm_corpus}: ready")
 
 
 if __name__ == "__main__":

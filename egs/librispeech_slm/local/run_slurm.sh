@@ -1,20 +1,37 @@
 #!/usr/bin/env bash
-# Usage: run_slurm.sh [--cpus N] [--gpu N] [--mem M] [--time T] [--partition P] [JOB=1:N] LOG command [args...]
+# Usage: run_slurm.sh [--cpus N] [--gpu N] [--mem M] [--time T] [--partition P] [--name NAME] [--num_nodes N]
+#                     [--max_jobs_run N] [JOB=1:N] LOG command [args...]
 # Runs the command as a Slurm batch job and waits for it, as Kaldi/ESPnet's slurm.pl: stdout and
 # stderr go to LOG; returns non-zero when it (or any task of the array) failed.
 # JOB=1:N submits a job array (`sbatch --array=1-N`): task J replaces the string JOB in LOG and in the
 # arguments by J, so N key-file shards run as N tasks, anywhere in the cluster.
-# --gpu N requests N GPUs per task (`--gres=gpu:N`); --cpus N sets --cpus-per-task.
-# The partition defaults to ${slurm_partition} (cmd.sh); the environment is exported to the job.
+# --gpu N requests N GPUs per task (`--gres=gpu:N`); --cpus N or --num_threads N sets --cpus-per-task
+# (the last given counts); --mem M: --mem; --name NAME: --job-name; --num_nodes N: --nodes (a multi-node
+# training: ESPnet's espnet2.bin.launch runs `srun` inside the job); --max_jobs_run N: at most N array
+# tasks at a time (--array 1-M%N). These are the options ESPnet's asr.sh and launch.py pass to
+# utils/slurm.pl, which local/slurm.pl (a link to this script) stands for.
+# --config FILE (cmd.sh: conf/slurm.conf): ESPnet's slurm.conf format ("command sbatch ...", "option
+# gpu=0 --partition cpu", "option gpu=* --partition gpu --gres gpu:$0", "default gpu=0", ...): the sbatch
+# options come from its rules for --name, --time, --mem, --num_threads, --num_nodes, --gpu (and any other
+# --key value it names) instead of the built-in ones; a value without a rule is refused.
+# The partition ${slurm_partition} (cmd.sh) or --partition, when given, wins; the environment goes to the job.
+# A job's OMP_NUM_THREADS is its CPUs per process: --num_threads / max(1, --gpu) (one DDP process per GPU).
+# A LOG that exists (a resumed job) is kept as LOG-stem.1.log (older ones shifted, up to .9).
 set -u
-cpus=1; gpu=0; mem=""; time_limit=""; partition="${slurm_partition:-}"
+cpus=1; gpu=0; mem=""; time_limit=""; partition="${slurm_partition:-}"; name=""; num_nodes=1; max_jobs_run=0
+config=""; declare -A extra=()
 while [ $# -gt 0 ]; do
     case "$1" in
-        --cpus) cpus="$2"; shift 2 ;;
+        --cpus|--num_threads|--num-threads) cpus="$2"; shift 2 ;;
         --gpu) gpu="$2"; shift 2 ;;
         --mem) mem="$2"; shift 2 ;;
         --time) time_limit="$2"; shift 2 ;;
         --partition) partition="$2"; shift 2 ;;
+        --name) name="$2"; shift 2 ;;
+        --num_nodes|--num-nodes) num_nodes="$2"; shift 2 ;;
+        --max_jobs_run|--max-jobs-run) max_jobs_run="$2"; shift 2 ;;
+        --config) config="$2"; shift 2 ;;
+        --*) [ -n "${config}" ] || break; key="${1#--}"; extra["${key//-/_}"]="$2"; shift 2 ;;
         *) break ;;
     esac
 done
@@ -26,9 +43,10 @@ fi
 command -v sbatch >/dev/null || { echo "$0: sbatch not found; use cmd_backend=local" >&2; exit 1; }
 log="$1"; shift
 qdir="$(dirname "${log}")/q"
-name="$(basename "${log}" .log)"; name="${name//.JOB/}"; name="${name//JOB/}"
+base="$(basename "${log}" .log)"; base="${base//.JOB/}"; base="${base//JOB/}"
+: "${name:=${base}}"
 mkdir -p "${qdir}"
-script="${qdir}/${name}.sh"
+script="${qdir}/${base}.sh"
 {
     echo "#!/usr/bin/env bash"
     printf 'cd %q\n' "${PWD}"
@@ -37,25 +55,57 @@ script="${qdir}/${name}.sh"
     printf 'log=%q\n' "${log}"
     if [ "${array}" = true ]; then echo 'args=("${args[@]//JOB/${j}}"); log="${log//JOB/${j}}"'; fi
     echo 'mkdir -p "$(dirname "${log}")"'
+    echo 'stem="${log%.log}"; if [ -e "${log}" ]; then  # keep the log of the earlier run'
+    echo '    for ((i = 8; i >= 1; i--)); do [ -e "${stem}.${i}.log" ] && mv -f "${stem}.${i}.log" "${stem}.$((i + 1)).log"; done'
+    echo '    mv -f "${log}" "${stem}.1.log"; fi'
+    echo "export OMP_NUM_THREADS=$(( cpus / (gpu > 1 ? gpu : 1) > 0 ? cpus / (gpu > 1 ? gpu : 1) : 1 ))"
     echo '{ echo "# ${args[*]}"; echo "# started at $(date) on $(hostname) (Slurm job ${SLURM_JOB_ID:-?})"; } > "${log}"'
     echo '"${args[@]}" >> "${log}" 2>&1; rc=$?'
     echo 'echo "# ended (rc=${rc}) at $(date)" >> "${log}"'
     echo 'exit ${rc}'
 } > "${script}"
-opts=(--wait --parsable --job-name "${name}" --cpus-per-task "${cpus}" --output "${qdir}/${name}.%A_%a.out")
-[ "${array}" = true ] && opts+=(--array "${first}-${last}")
-[ "${gpu}" -gt 0 ] && opts+=(--gres "gpu:${gpu}")
-[ -n "${mem}" ] && opts+=(--mem "${mem}")
-[ -n "${time_limit}" ] && opts+=(--time "${time_limit}")
+submit=(sbatch); opts=(--wait --parsable --output "${qdir}/${base}.%A_%a.out")
+if [ "${array}" = true ]; then
+    if [ "${max_jobs_run}" -gt 0 ]; then opts+=(--array "${first}-${last}%${max_jobs_run}"); else opts+=(--array "${first}-${last}"); fi
+fi
+if [ -n "${config}" ]; then  # the rules of an ESPnet slurm.conf
+    [ -r "${config}" ] || { echo "$0: --config ${config}: cannot read it" >&2; exit 1; }
+    rules=$(sed -e 's/#.*//' "${config}")
+    declare -A given=([name]="${name}" [num_threads]="${cpus}" [gpu]="${gpu}")
+    [ -n "${mem}" ] && given[mem]="${mem}"; [ -n "${time_limit}" ] && given[time]="${time_limit}"
+    [ "${num_nodes}" -gt 1 ] && given[num_nodes]="${num_nodes}"
+    for key in "${!extra[@]}"; do given[${key}]="${extra[${key}]}"; done
+    while read -r kind spec rest; do
+        case "${kind}" in
+            command) read -r -a submit <<< "${spec} ${rest}" ;;
+            default) [ -n "${given[${spec%%=*}]+set}" ] || given[${spec%%=*}]="${spec#*=}" ;;
+        esac
+    done <<< "${rules}"
+    for key in "${!given[@]}"; do
+        value="${given[${key}]}"
+        exact=$(awk -v s="${key}=${value}" '$1 == "option" && $2 == s { $1 = $2 = ""; print "+" $0; exit }' <<< "${rules}")
+        any=$(awk -v s="${key}=*" '$1 == "option" && $2 == s { $1 = $2 = ""; print "+" $0; exit }' <<< "${rules}")
+        rule="${exact:-${any}}"
+        [ -n "${rule}" ] || { echo "$0: --${key} ${value}: no rule for it in ${config}" >&2; exit 1; }
+        read -r -a words <<< "${rule#+}"
+        opts+=("${words[@]//\$0/${value}}")
+    done
+else
+    opts+=(--job-name "${name}" --cpus-per-task "${cpus}")
+    [ "${num_nodes}" -gt 1 ] && opts+=(--nodes "${num_nodes}")
+    [ "${gpu}" -gt 0 ] && opts+=(--gres "gpu:${gpu}")
+    [ -n "${mem}" ] && opts+=(--mem "${mem}")
+    [ -n "${time_limit}" ] && opts+=(--time "${time_limit}")
+fi
 [ -n "${partition}" ] && opts+=(--partition "${partition}")
-sbatch "${opts[@]}" "${script}" > "${qdir}/${name}.sbatch.out" 2>&1
+"${submit[@]}" "${opts[@]}" "${script}" > "${qdir}/${base}.sbatch.out" 2>&1
 rc=$?
 if [ ${rc} -ne 0 ]; then
-    echo "$0: Slurm job ${name} failed (sbatch rc=${rc}); logs: ${log}, ${qdir}/${name}.*" >&2
+    echo "$0: Slurm job ${name} failed (sbatch rc=${rc}); logs: ${log}, ${qdir}/${base}.*" >&2
     for ((j = first; j <= last; j++)); do
         jlog="${log//JOB/${j}}"
         if [ -f "${jlog}" ] && ! grep -q '^# ended (rc=0)' "${jlog}"; then tail -n 15 "${jlog}" >&2; fi
     done
-    tail -n 5 "${qdir}/${name}.sbatch.out" >&2
+    tail -n 5 "${qdir}/${base}.sbatch.out" >&2
 fi
 exit ${rc}

@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the mini corpus needs when it is missing: espeak-ng, bible-kjv and sox
-# (Debian/Ubuntu packages, via apt-get as root or with sudo). The Python venv is made by run.sh
-# (local/setup_env.sh at the repository root) before any stage runs.
+# (Debian/Ubuntu packages, via apt-get as root or with sudo). run.sh has checked the Python environment
+# (local/check_python.py) before any stage runs.
 set -euo pipefail
-main_root="$(cd "$(dirname "$0")/../../.." && pwd)"
-
 missing=()
 command -v espeak-ng >/dev/null || missing+=(espeak-ng)
 command -v bible >/dev/null || missing+=(bible-kjv)
@@ -21,8 +19,4 @@ if [ ${#missing[@]} -gt 0 ]; then
         install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-"${main_root}/.venv/bin/python" -c "import espnet2, sentencepiece, soundfile, kaldiio, jiwer" || {
-    echo "$0: the venv at ${main_root}/.venv lacks packages; run: bash ${main_root}/local/setup_env.sh" >&2
-    exit 1
-}
-echo "$0: espeak-ng, bible-kjv, sox and the Python venv are ready"
+echo "$0: espeak-ng, bible-kjv and sox are ready"

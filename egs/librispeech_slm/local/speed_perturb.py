@@ -8,6 +8,10 @@ Factor f resamples the audio as sox's ``speed f`` does (duration / f, pitch * f)
 to ``<audio-dir>/sp<f>/<uttid>.flac``; its utterance and speaker ids get the prefix ``sp<f>-``.
 Factor 1.0 keeps the original audio and ids. ``wav.scp``, ``text``, ``utt2spk``, ``spk2utt`` of the
 output directory are sorted; audio already written by an interrupted run is kept (resume).
+
+``--shard J/N`` writes only the audio of every N-th utterance copy from the J-th on (job J of an array
+of N, as run.sh submits them through its launcher); a run without it then writes the directory (the
+audio being there, it only checks it).
 """
 import argparse
 from collections import defaultdict
@@ -38,12 +42,24 @@ def perturb_one(job):
     tmp.replace(dest)
 
 
+def parse_shard(text: str):
+    """'J/N' -> (J, N) with 1 <= J <= N."""
+    try:
+        share, shares = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise InputError(f"--shard {text!r}: expected J/N, e.g. 2/8") from None
+    if not 1 <= share <= shares:
+        raise InputError(f"--shard {text!r}: J must be between 1 and N")
+    return share, shares
+
+
 def main(argv=None):
     """Command line: make the speed-perturbed data directory."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--factors", required=True, help='space-separated factors, e.g. "0.9 1.0 1.1"')
     p.add_argument("--audio-dir", required=True, help="where the perturbed audio goes")
-    p.add_argument("--nj", type=int, default=1)
+    p.add_argument("--nj", type=int, default=1, help="processes")
+    p.add_argument("--shard", metavar="J/N", help="only the audio of share J of N (1 <= J <= N); no directory")
     p.add_argument("src", help="data directory (wav.scp, text, utt2spk)")
     p.add_argument("out", help="output data directory")
     args = p.parse_args(argv)
@@ -72,8 +88,14 @@ def main(argv=None):
     for f in factors:
         if f != 1.0:
             (Path(args.audio_dir) / f"sp{f:g}").mkdir(parents=True, exist_ok=True)
+    if args.shard:
+        share, shares = parse_shard(args.shard)
+        jobs = jobs[share - 1 :: shares]
     with ProcessPoolExecutor(max(1, args.nj)) as ex:
         list(ex.map(perturb_one, jobs, chunksize=64))
+    if args.shard:
+        print(f"{args.audio_dir}: share {args.shard}: {len(jobs)} utterance copies")
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     keys = sorted(rows)

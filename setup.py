@@ -1,0 +1,26 @@
+"""Ships `slm_lm_espnet_hook.pth` at the top of site-packages with the package (metadata: setup.cfg).
+
+A regular wheel takes it from the build directory; an editable install (PEP 660) from the unpacked
+wheel, which is setuptools' install directory during `editable_wheel`.
+"""
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+PTH = "slm_lm_espnet_hook.pth"
+
+
+class BuildPyWithPth(build_py):
+    """build_py that also places the registration hook's .pth where the wheel's top level is built."""
+
+    def run(self):
+        super().run()
+        top = self.get_finalized_command("install").install_lib if self.editable_mode else self.build_lib
+        self.copy_file(PTH, str(Path(top) / PTH))
+
+    def get_outputs(self, include_bytecode=1):
+        return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / PTH)]
+
+
+setup(cmdclass={"build_py": BuildPyWithPth})

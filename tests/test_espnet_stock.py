@@ -1,0 +1,138 @@
+"""Unmodified ESPnet entry points know the slm_lm kinds in an environment where slm_lm is installed.
+
+The package is installed (`pip install --prefix`, as a user's `pip install slm_lm` would) into a fresh
+virtual environment whose other packages are this test environment's; every command then runs in
+that environment with no PYTHONPATH, exactly as ESPnet's `asr.sh` runs it: LM collect-stats,
+aggregation and `text_shape.bpe`, `espnet2.bin.lm_train` with `--fold_length 150 --resume true`,
+`lm_calc_perplexity`, and `asr_inference` with the clm as `--lm_train_config` (shallow fusion).
+"""
+import os
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from test_espnet_lm import REPO, TINY, data  # noqa: F401 (fixture)
+from test_espnet_tools import UTTERANCES, asr_exp  # noqa: F401 (fixture)
+
+KINDS_CHECK = """
+import sys
+from espnet2.tasks.lm import lm_choices, model_choices
+assert {'slm', 'clm', 'mlm', 'bilm', 'tta'} <= set(lm_choices.classes), sorted(lm_choices.classes)
+assert 'slm_lm' in model_choices.classes, sorted(model_choices.classes)
+"""
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The python of a fresh venv holding an installed slm_lm (this checkout) and, through a path
+    .pth, this environment's packages (torch, ESPnet)."""
+    root = tmp_path_factory.mktemp("installed")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True)
+    python = root / "venv" / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "base_env.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--prefix", str(root / "venv"), str(REPO)], check=True)
+    assert (site / "slm_lm_espnet_hook.pth").is_file()
+    return python
+
+
+def test_editable_install_ships_the_hook(tmp_path):
+    """`pip install -e` (PEP 660) puts the .pth beside setuptools' own editable .pth, after it by name
+    (so slm_lm_espnet_hook is importable when site runs it)."""
+    code = "import sys; from setuptools import build_meta; print(build_meta.build_editable(sys.argv[1]))"
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    names = zipfile.ZipFile(tmp_path / result.stdout.split()[-1]).namelist()
+    pths = sorted(name for name in names if name.endswith(".pth"))
+    assert pths[-1] == "slm_lm_espnet_hook.pth" and len(pths) == 2, names
+
+
+def run(python: Path, *args, cwd: Path):
+    """A command of the installed environment, without PYTHONPATH (stdout returned)."""
+    env = {"PATH": f"{python.parent}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": os.environ.get("HOME", "/tmp")}
+    result = subprocess.run([str(python), *args], cwd=cwd, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, f"{args[:3]}: rc={result.returncode}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+def test_hook_registers_on_espnet_lm_import_and_costs_nothing_before(installed, tmp_path):
+    """A program that never imports `espnet2.tasks.lm` imports neither slm_lm nor ESPnet; a fresh
+    `import espnet2.tasks.lm` has the kinds."""
+    loaded = run(installed, "-c", "import json, sys; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+                 "('slm_lm', 'espnet2', 'torch')))", cwd=tmp_path)
+    assert loaded.strip() == "[]"
+    run(installed, "-c", KINDS_CHECK, cwd=tmp_path)
+    run(installed, "-c", "import espnet2.bin.lm_train, espnet2.bin.asr_inference\n" + KINDS_CHECK, cwd=tmp_path)
+
+
+def test_stock_espnet_lm_stages_as_asr_sh_runs_them(installed, asr_exp, data, tmp_path):  # noqa: F811
+    """asr.sh's stages 6-8 and 12 with `--lm_config` a clm config: collect-stats, aggregation,
+    text_shape.bpe, training (resumed: a second run does nothing more), perplexity, fused decoding."""
+    token_list = asr_exp / "tokens.txt"
+    bpemodel = data["root"] / "tok" / "bpe.model"
+    lm_train_text = tmp_path / "lm_train.txt"
+    sentences = (data["root"] / "train.txt").read_text().splitlines()[:300]
+    lm_train_text.write_text("".join(f"lm{i:04d} {s}\n" for i, s in enumerate(sentences)))
+    lm_dev_text = asr_exp / "text"
+    config = {**TINY, "lm": "clm", "model": "slm_lm", "max_epoch": 1, "num_iters_per_epoch": 5,
+              "batch_type": "folded", "batch_size": 16, "optim": "adam", "optim_conf": {"lr": 1.0e-3},
+              "scheduler": None, "keep_nbest_models": 1,
+              "best_model_criterion": [["valid", "loss", "min"]]}
+    del config["batch_bins"], config["scheduler_conf"]
+    lm_config = tmp_path / "train_lm_clm_tiny.yaml"
+    lm_config.write_text(yaml.safe_dump(config))
+    common = ["--use_preprocessor", "true", "--bpemodel", str(bpemodel), "--token_type", "bpe",
+              "--token_list", str(token_list), "--non_linguistic_symbols", "none", "--cleaner", "none", "--g2p", "none"]
+    stats, lm_exp = tmp_path / "lm_stats_bpe", tmp_path / "lm_train_lm_clm_tiny_bpe"
+    logdir = stats / "logdir"
+    logdir.mkdir(parents=True)
+    (logdir / "train.1.scp").write_text(lm_train_text.read_text())
+    (logdir / "dev.1.scp").write_text(lm_dev_text.read_text())
+    run(installed, "-m", "espnet2.bin.lm_train", "--collect_stats", "true", *common,
+        "--train_data_path_and_name_and_type", f"{lm_train_text},text,text",
+        "--valid_data_path_and_name_and_type", f"{lm_dev_text},text,text",
+        "--train_shape_file", str(logdir / "train.1.scp"), "--valid_shape_file", str(logdir / "dev.1.scp"),
+        "--output_dir", str(logdir / "stats.1"), "--config", str(lm_config), cwd=tmp_path)
+    run(installed, "-m", "espnet2.bin.aggregate_stats_dirs", "--input_dir", str(logdir / "stats.1"),
+        "--output_dir", str(stats), cwd=tmp_path)
+    n_tokens = len(token_list.read_text().splitlines())
+    for split in ("train", "valid"):
+        shapes = (stats / split / "text_shape").read_text().splitlines()
+        (stats / split / "text_shape.bpe").write_text("".join(f"{line},{n_tokens}\n" for line in shapes))
+    train = ["-m", "espnet2.bin.lm_train", "--ngpu", "0", *common,
+             "--valid_data_path_and_name_and_type", f"{lm_dev_text},text,text",
+             "--valid_shape_file", str(stats / "valid" / "text_shape.bpe"), "--fold_length", "150",
+             "--resume", "true", "--output_dir", str(lm_exp), "--config", str(lm_config),
+             "--train_data_path_and_name_and_type", f"{lm_train_text},text,text",
+             "--train_shape_file", str(stats / "train" / "text_shape.bpe")]
+    run(installed, *train, cwd=tmp_path)
+    trained = yaml.safe_load((lm_exp / "config.yaml").read_text())
+    assert (trained["lm"], trained["model"], trained["token_list"]) == ("clm", "slm_lm", token_list.read_text().split())
+    checkpoint = (lm_exp / "checkpoint.pth").stat().st_mtime_ns
+    run(installed, *train, cwd=tmp_path)  # --resume true: the finished training is not redone
+    assert (lm_exp / "checkpoint.pth").stat().st_mtime_ns == checkpoint
+
+    run(installed, "-m", "espnet2.bin.lm_calc_perplexity", "--ngpu", "0",
+        "--data_path_and_name_and_type", f"{lm_dev_text},text,text", "--train_config", str(lm_exp / "config.yaml"),
+        "--model_file", str(lm_exp / "valid.loss.ave.pth"), "--output_dir", str(lm_exp / "perplexity_test"),
+        cwd=tmp_path)
+    assert float((lm_exp / "perplexity_test" / "ppl").read_text()) > 1
+
+    decode = tmp_path / "decode" / "output.1"
+    (tmp_path / "keys.1.scp").write_text((asr_exp / "wav.scp").read_text())
+    run(installed, "-m", "espnet2.bin.asr_inference", "--batch_size", "1", "--ngpu", "0",
+        "--data_path_and_name_and_type", f"{asr_exp / 'wav.scp'},speech,sound",
+        "--key_file", str(tmp_path / "keys.1.scp"), "--asr_train_config", str(asr_exp / "asr" / "config.yaml"),
+        "--asr_model_file", str(asr_exp / "asr" / "model.pth"),
+        "--output_dir", str(decode), "--lm_train_config", str(lm_exp / "config.yaml"),
+        "--lm_file", str(lm_exp / "valid.loss.ave.pth"), "--lm_weight", "0.3", "--ctc_weight", "0.3",
+        "--beam_size", "3", "--nbest", "3", cwd=tmp_path)
+    ids = [line.split(maxsplit=1)[0] for line in (decode / "1best_recog" / "text").read_text().splitlines()]
+    assert sorted(ids) == sorted(UTTERANCES)
