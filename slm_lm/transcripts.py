@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from slm_lm.errors import InputError
+from slm_lm.fileio import atomic_open
 
 _TRN_LINE = re.compile(r"^(.*)\(([^()\s]+)\)\s*$")
 
@@ -125,3 +126,10 @@ def read_located_refs(path: str | Path, uttids=None) -> dict[str, tuple[str, str
 def read_refs(path: str | Path, uttids=None) -> dict[str, str]:
     """Read references from a ``.trn`` file or (any other name) a Kaldi ``text`` file."""
     return {k: v for k, (v, _) in read_located_refs(path, uttids).items()}
+
+
+def write_table(path, rows) -> None:
+    """Write `key value` lines (a Kaldi table: wav.scp, text, utt2spk, spk2utt) atomically."""
+    with atomic_open(path) as f:
+        for key, value in rows:
+            f.write(f"{key} {value}\n")

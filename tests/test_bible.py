@@ -1,4 +1,4 @@
-"""slm_lm.bible (the mini corpus's text) and local/analyses/mini_heldout_text.py, which writes its dev/test books."""
+"""slm_lm.corpora.bible (the mini corpus's text) and local/analyses/mini_heldout_text.py, which writes its dev/test books."""
 import shutil
 import subprocess
 import sys
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slm_lm.bible import DEV_BOOKS, TEST_BOOKS, read_bible
+from slm_lm.corpora.bible import DEV_BOOKS, TEST_BOOKS, read_bible
 from slm_lm.errors import InputError
 
 SCRIPT = Path(__file__).resolve().parents[1] / "local" / "analyses" / "mini_heldout_text.py"

@@ -25,6 +25,7 @@ import decode_nbest  # noqa: E402
 import download_librispeech  # noqa: E402
 
 from slm_lm import pretrained  # noqa: E402
+from slm_lm.corpora.librispeech import read_subset  # noqa: E402
 from slm_lm.errors import InputError  # noqa: E402
 from slm_lm.scorer import Scorer  # noqa: E402
 
@@ -728,10 +729,10 @@ def test_data_prep_names_file_and_line(tmp_path):
     (chapter / "19-198.trans.txt").write_text("19-198-0000 HELLO\n19-198-0001 WORLD\n")
     (chapter / "19-198-0000.flac").write_bytes(_flac_bytes())
     with pytest.raises(InputError, match=r"19-198.trans.txt, line 2: audio .*19-198-0001.flac is missing"):
-        data_prep.read_subset(tmp_path / "dev-clean")
+        read_subset(tmp_path / "dev-clean")
     (chapter / "19-198.trans.txt").write_text("19-198-0000\n")
     with pytest.raises(InputError, match="line 1: expected 'UTTID TEXT'"):
-        data_prep.read_subset(tmp_path / "dev-clean")
+        read_subset(tmp_path / "dev-clean")
 
 
 def test_read_partial_drops_only_a_torn_last_line(tmp_path, capsys):

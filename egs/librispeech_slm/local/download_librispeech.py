@@ -29,6 +29,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from slm_lm.corpora.librispeech import read_subset
 from slm_lm.errors import InputError, fail
 
 PARTS = ["train-clean-100", "train-clean-360", "train-other-500", "dev-clean", "dev-other",
@@ -137,8 +138,6 @@ def get_verified(mirror, resource, name, dest, md5sums, required):
 def check_part(target):
     """A LibriSpeech part on disk, checked by its files (data_prep's rules plus non-empty audio);
     returns the number of utterances, or raises InputError naming the problem."""
-    from data_prep import read_subset
-
     utts = read_subset(target)
     empty = [audio for audio, _, _ in utts.values() if os.path.getsize(audio) == 0]
     if empty:

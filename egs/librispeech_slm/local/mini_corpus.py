@@ -33,7 +33,7 @@ import torch
 import torchaudio.functional as AF
 from tqdm import tqdm
 
-from slm_lm.bible import DEV_BOOKS, TEST_BOOKS, read_bible
+from slm_lm.corpora.bible import DEV_BOOKS, TEST_BOOKS, read_bible
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
 from slm_lm.text_norm import normalize_librispeech

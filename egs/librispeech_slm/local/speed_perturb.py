@@ -18,10 +18,8 @@ from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from data_prep import write_table
-
 from slm_lm.errors import InputError, fail
-from slm_lm.transcripts import read_table
+from slm_lm.transcripts import read_table, write_table
 
 
 def perturb_one(job):
