@@ -18,6 +18,7 @@ garbled file, text that is not UTF-8, and a pickle that ``torch.load(weights_onl
 import json
 import pickle
 import re
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -93,7 +94,11 @@ def load_torch(path) -> dict:
     """A state dict saved with ``torch.save``, loaded with ``weights_only=True`` (tensors, no code)."""
     _check_readable(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # A plain pickle (not torch's zip format) draws torch's warning about its pickle protocol before
+            # the refusal below: the refusal is the one message.
+            warnings.filterwarnings("ignore", message=r"Detected pickle protocol", category=UserWarning)
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
         what = f" ({found.group(1)})" if found else ""
