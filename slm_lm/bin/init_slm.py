@@ -10,6 +10,8 @@ trainer). Outputs:
     models also OUT/tokens.txt and OUT/bpe.model, the model's own tokenizer, for ESPnet's --token_list
     and --bpemodel. From a Hugging Face model only the vocabulary-independent weights are written (the
     token embeddings and the output bias are left out: ESPnet trains on its own sentencepiece token list).
+--out may neither be, contain nor lie inside --from (or the sentencepiece model an ESPnet experiment names),
+links followed: the source model is never overwritten.
 """
 import argparse
 from pathlib import Path
