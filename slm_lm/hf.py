@@ -153,6 +153,13 @@ class HFScorer(SentenceScorer):
         offset = config.pad_token_id + 1 if config.model_type in ("roberta", "xlm-roberta", "camembert") else 0
         return config.max_position_embeddings - offset
 
+    def model_config(self) -> dict:
+        """The Hugging Face config as loaded, less where it was loaded from (a copy of a model shares its
+        cache)."""
+        config = self.model.config.to_dict()
+        config.pop("_name_or_path", None)
+        return config
+
     def cache_options(self) -> str:
         return f"{self.unknown}{self.truncate}dtype={self.dtype}tok={self.tokenizer.digest()}"
 

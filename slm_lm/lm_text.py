@@ -133,6 +133,49 @@ def _check_outputs_outside_inputs(inputs: list[Path], outputs: list[Path]) -> No
                 raise InputError(f"{output} is {where}: write the outputs outside the books and --exclude inputs")
 
 
+def _read_part_meta(meta: Path) -> dict:
+    """The saved result of one input file (the resumable state): InputError naming `meta` if it is not the
+    JSON this driver writes."""
+    redo = f"delete it (or {meta.parent}) to prepare that file again"
+    try:
+        saved = json.loads(meta.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise InputError(f"{meta}: cannot read the saved state of an earlier run: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{meta}: corrupt saved state of an earlier run (not UTF-8: {e.reason}); {redo}") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{meta}:{e.lineno}: corrupt saved state of an earlier run ({e.msg}); {redo}") from None
+    shapes = {"key": dict, "stats": dict, "problems": list, "matches": list}
+    if not isinstance(saved, dict) or any(not isinstance(saved.get(k), t) for k, t in shapes.items()):
+        raise InputError(f"{meta}: corrupt saved state of an earlier run (want an object with "
+                         f"{', '.join(shapes)}); {redo}")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in saved["stats"].values()):
+        raise InputError(f"{meta}: corrupt saved state of an earlier run (stats must be counts); {redo}")
+    return saved
+
+
+def _checked_lines(handle, part: Path):
+    """The lines of a part file; one that is not UTF-8 (a corrupt state) raises InputError naming it."""
+    number = 0
+    try:
+        for number, line in enumerate(handle, 1):
+            yield line
+    except UnicodeDecodeError as e:
+        raise InputError(f"{part}:{number + 1}: corrupt saved state of an earlier run (not UTF-8: {e.reason}); "
+                         f"delete {part.parent} to prepare the files again") from None
+
+
+def _check_output_file(path: Path) -> None:
+    """InputError for an output that cannot be a file: a directory, or a path under a file."""
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory; the outputs are files")
+    for parent in path.resolve().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"{path}: cannot write: {parent} is a file, not a directory")
+            break
+
+
 def _code_digest() -> str:
     """Digest of the code that decides the output: this driver, clean-up, decontamination, normalisation
     and the reader of the input files."""
@@ -160,12 +203,21 @@ def prepare_lm_text(inputs: list[Path], out: Path, exclude: list[Path] = (), con
     if len({out.resolve(), valid_out.resolve(), report.resolve(), contaminated_tsv.resolve()}) < 4:
         raise InputError(f"output, validation and report paths must differ: {out}, {valid_out}, {report}")
     _check_outputs_outside_inputs([*inputs, *exclude], [out, valid_out, report, contaminated_tsv])
+    for output in (out, valid_out, report, contaminated_tsv):
+        _check_output_file(output)
     files = _input_files(inputs)
     exclusion = load_exclusion(list(exclude), config.ngram)
     fingerprint = {"config": asdict(config), "normalized": normalized, "exclusion": exclusion.digest,
                    "code": _code_digest()}
     parts_dir = out.with_name(out.name + ".parts")
     parts_dir.mkdir(parents=True, exist_ok=True)
+
+    # The state of an earlier run, checked before any work (a corrupt one stops with one message).
+    saved_states = {}
+    for index in range(len(files)):
+        meta = parts_dir / f"{index:06d}.json"
+        if meta.is_file() and (parts_dir / f"{index:06d}.txt").is_file():
+            saved_states[index] = _read_part_meta(meta)
 
     results, resumed = [], 0
     progress = tqdm(files, desc="prepare LM text", unit="file")
@@ -176,10 +228,9 @@ def prepare_lm_text(inputs: list[Path], out: Path, exclude: list[Path] = (), con
         stat = path.stat()
         key = {**fingerprint, "file": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
         result = None
-        if meta.is_file() and part.is_file():
-            saved = json.loads(meta.read_text(encoding="utf-8"))
-            if saved.get("key") == key:
-                result, resumed = saved, resumed + 1
+        saved = saved_states.pop(index, None)
+        if saved is not None and saved["key"] == key:
+            result, resumed = saved, resumed + 1
         if result is None:
             result = {"key": key, **_process_file(path, normalized, exclusion, config, part)}
             with atomic_open(meta) as handle:
@@ -191,8 +242,9 @@ def prepare_lm_text(inputs: list[Path], out: Path, exclude: list[Path] = (), con
     counts = Counter()
     with atomic_open(out) as train, atomic_open(valid_out) as valid:
         for index, _ in enumerate(tqdm(results, desc="merge parts", unit="file")):
-            with open(parts_dir / f"{index:06d}.txt", encoding="utf-8") as handle:
-                for sentence in handle:
+            part = parts_dir / f"{index:06d}.txt"
+            with open(part, encoding="utf-8") as handle:
+                for sentence in _checked_lines(handle, part):
                     counts["kept"] += 1
                     if config.valid_every and counts["kept"] % config.valid_every == 0:
                         valid.write(sentence)

@@ -1,7 +1,8 @@
 """The model directory: its files, saving and loading it, ESPnet LM experiments, and resolving a model spec.
 
-Our directory holds `config.json` ({"model": LMConfig fields, "scorer": saved scoring options, and
-"tokenizer": "hf" for a Hugging Face tokenizer}), the weights (`model.pt`, fp32, written by
+Our directory holds `config.json` ({"model": LMConfig fields, "scorer": saved scoring options,
+"tokenizer_digest": the digest of the tokenizer saved with the model, and "tokenizer": "hf" for a Hugging
+Face tokenizer}), the weights (`model.pt`, fp32, written by
 `save_pretrained`; or `model.safetensors`, fp16 with the tied head stored once, written by `export`), the
 tokenizer's files (`bpe.model` + `tokens.txt`, or a Hugging Face tokenizer with its case option in
 `slm_hf_tokenizer.json`) and, for a trained model, its training card `training.json`. The LM kind is
@@ -17,6 +18,7 @@ garbled file, text that is not UTF-8, and a pickle that ``torch.load(weights_onl
 import json
 import pickle
 import re
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -36,6 +38,8 @@ SAFETENSORS_FILE = "model.safetensors"  # fp16, export (the shipped models)
 TRAINING_FILE = "training.json"  # the training card
 TOKENIZER_FILES = (BPE_MODEL_FILE, TOKEN_LIST_FILE)
 HF_CASE_FILE = "slm_hf_tokenizer.json"  # the case option of a Hugging Face tokenizer
+# config.json's record of the tokenizer the model was saved with (`Tokenizer.digest`), checked at load.
+TOKENIZER_DIGEST_KEY = "tokenizer_digest"
 KIND_KEY = "slm_lm.kind"  # the LM kind, stored with the weights (safetensors metadata / model.pt entry)
 # The tied head projection, stored once in model.safetensors as the token embedding.
 TIED_HEAD, TIED_TO = "head.embedding.weight", "embed.tokens.weight"
@@ -90,7 +94,11 @@ def load_torch(path) -> dict:
     """A state dict saved with ``torch.save``, loaded with ``weights_only=True`` (tensors, no code)."""
     _check_readable(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # A plain pickle (not torch's zip format) draws torch's warning about its pickle protocol before
+            # the refusal below: the refusal is the one message.
+            warnings.filterwarnings("ignore", message=r"Detected pickle protocol", category=UserWarning)
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
         what = f" ({found.group(1)})" if found else ""
@@ -126,6 +134,11 @@ def save_tokenizer(tokenizer, directory) -> None:
         write_atomic(Path(directory) / HF_CASE_FILE, json.dumps({"case": tokenizer.case}))
 
 
+def _tokenizer_files(tokenizer) -> tuple:
+    """The names of the files that hold `tokenizer` in a model directory."""
+    return ("the Hugging Face tokenizer files", HF_CASE_FILE) if isinstance(tokenizer, HFTokenizer) else TOKENIZER_FILES
+
+
 def load_tokenizer(directory, hf: bool = False):
     """The tokenizer saved in `directory` by `save_tokenizer` (`hf`: a Hugging Face one)."""
     directory = Path(directory)
@@ -137,7 +150,8 @@ def load_tokenizer(directory, hf: bool = False):
 
 
 def _write_config(directory: Path, model: LanguageModel, tokenizer, scorer_options: dict) -> None:
-    config = {"model": model.config.to_dict(), "scorer": dict(scorer_options)}
+    config = {"model": model.config.to_dict(), "scorer": dict(scorer_options),
+              TOKENIZER_DIGEST_KEY: tokenizer.digest()}
     if isinstance(tokenizer, HFTokenizer):
         config["tokenizer"] = "hf"
     write_atomic(directory / CONFIG_FILE, json.dumps(config, indent=2))
@@ -175,7 +189,9 @@ def load_pretrained(directory) -> tuple:
     `export`.
 
     Every problem (missing, empty, truncated or garbled file, unknown config key, weights of another
-    shape or kind than config.json declares, tokenizer of another vocabulary) raises InputError.
+    shape or kind than config.json declares, tokenizer of another vocabulary, or another tokenizer than the
+    one config.json records) raises InputError. A config.json without a tokenizer record (written before
+    there was one) loads as before.
     """
     directory = Path(directory)
     weights = directory / SAFETENSORS_FILE
@@ -188,6 +204,9 @@ def load_pretrained(directory) -> tuple:
     config = read_json(config_path)
     if not isinstance(config.get("model"), dict):
         raise InputError(f"{config_path}: no 'model' section (not a save_pretrained config)")
+    recorded = config.get(TOKENIZER_DIGEST_KEY)
+    if recorded is not None and not (isinstance(recorded, str) and re.fullmatch(r"[0-9a-f]{16}", recorded)):
+        raise InputError(f"{config_path}: {TOKENIZER_DIGEST_KEY} must be 16 hex digits, got {str(recorded)[:40]!r}")
     try:
         model = model_from_config(LMConfig.from_dict(config["model"]))
     except (TypeError, ValueError) as e:
@@ -214,6 +233,11 @@ def load_pretrained(directory) -> tuple:
     if tokenizer.vocab_size != model.config.vocab_size:
         raise InputError(f"{directory}: the tokenizer has {tokenizer.vocab_size} tokens but {CONFIG_FILE} "
                          f"declares vocab_size {model.config.vocab_size}; the files do not belong together")
+    if recorded is not None and tokenizer.digest() != recorded:
+        files = ", ".join(_tokenizer_files(tokenizer))
+        raise InputError(f"{directory}: the tokenizer ({files}) is not the one this model was saved with "
+                         f"(digest {tokenizer.digest()}, {CONFIG_FILE} records {recorded}); the files do not "
+                         "belong together")
     return model.eval(), tokenizer, config.get("scorer", {})
 
 

@@ -55,6 +55,9 @@ class Scorer(SentenceScorer):
     def max_length(self) -> int:
         return self.model.config.max_positions
 
+    def model_config(self) -> dict:
+        return self.model.config.to_dict()
+
     def cache_options(self) -> str:
         options = f"{self.normalize}{self.unknown}{self.truncate}dtype={self.dtype}"
         if self.word_start_table is not None:

@@ -3,6 +3,7 @@ baselines in `slm_lm.hf`): encoding, log-probs batched by a token budget, sums a
 the name that keys the score cache (`slm_lm.score_cache`).
 """
 import hashlib
+import json
 
 import torch
 
@@ -25,19 +26,30 @@ def length_batches(lengths: list, max_tokens: int):
         yield batch
 
 
-def fingerprint(model: torch.nn.Module, options: str) -> str:
-    """16 hex digits identifying a model's weights and the scoring options."""
+def canonical_json(value) -> str:
+    """`value` as JSON with sorted keys and no whitespace (values JSON cannot hold, such as a dtype, as str)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+
+
+def fingerprint(model: torch.nn.Module, options: str, config: dict | None = None) -> str:
+    """16 hex digits identifying everything a model's scores depend on: its whole `config` as loaded (every
+    field, canonical JSON), its weights (every tensor of the state dict) and the scoring `options` (which
+    hold the tokenizer's digest)."""
     digest = hashlib.sha1()
+    digest.update(canonical_json(config or {}).encode())
+    digest.update(b"\0")
     for key, tensor in sorted(model.state_dict().items()):
         digest.update(key.encode())
+        digest.update(canonical_json([str(tensor.dtype), list(tensor.shape)]).encode())
         digest.update(tensor.detach().float().cpu().numpy().tobytes())
+    digest.update(b"\0")
     digest.update(options.encode())
     return digest.hexdigest()[:16]
 
 
 class SentenceScorer:
-    """Scores sentences with a model and its tokenizer; subclasses give `kind`, `max_length`, `cache_options`
-    and `_logprobs`.
+    """Scores sentences with a model and its tokenizer; subclasses give `kind`, `max_length`, `cache_options`,
+    `model_config` and `_logprobs`.
 
     Every sentence is encoded as `[bos, pieces..., eos]` (after LibriSpeech normalisation when `normalize`).
     Text the tokenizer does not know raises `InputError` naming the sentence (`unknown="error"`) or maps to
@@ -64,14 +76,21 @@ class SentenceScorer:
         raise NotImplementedError
 
     def cache_options(self) -> str:
-        """The scoring options that change a score, as a string (part of `name`)."""
+        """The scoring options that change a score, the tokenizer's digest among them, as a string (part of
+        `name`)."""
+        raise NotImplementedError
+
+    def model_config(self) -> dict:
+        """The model's whole configuration as loaded (part of `name`): every field, whether or not it is
+        thought to change a score."""
         raise NotImplementedError
 
     @property
     def name(self) -> str:
-        """Identifies everything that changes a score (kind, weights, tokenizer, options): the cache key."""
+        """Identifies everything that changes a score (kind, the whole model config, weights, tokenizer,
+        options): the cache key."""
         if self._name is None:
-            self._name = f"{self.kind}-{fingerprint(self.model, self.cache_options())}"
+            self._name = f"{self.kind}-{fingerprint(self.model, self.cache_options(), self.model_config())}"
         return self._name
 
     def encode(self, sentences: list) -> list:

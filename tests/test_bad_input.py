@@ -220,3 +220,169 @@ def test_a_multi_line_parser_message_is_one_line(tmp_path):
     result = cli("score", "--model", exp, "--input", tmp_path / "in.txt")
     expect_error(result, "slm-score", f"{exp / 'config.yaml'}: cannot read the ESPnet config", "line 1, column 5")
     assert snapshot(tmp_path) == before
+
+
+# Model folders: the score cache, the tokenizer, init-slm's --out, slm-score's --output, refused pickles
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """A saved tiny SLM (d_model 64, 4 heads, random weights) with its own 40-token tokenizer."""
+    from slm_lm import build_lm
+    from slm_lm.bpe import train_bpe
+    from slm_lm.scorer import Scorer
+
+    d = tmp_path_factory.mktemp("tiny")
+    (d / "text.txt").write_text(TEXT * 30)
+    tokenizer = train_bpe(d / "text.txt", d / "bpe", vocab_size=40)
+    torch.manual_seed(0)
+    model = build_lm("slm", tokenizer.vocab_size, size="tiny", max_positions=48)
+    with torch.no_grad():  # weights far from their initial ones: attention is not near uniform, heads matter
+        for parameter in model.parameters():
+            if parameter.dim() > 1:
+                parameter.normal_(0, 0.3)
+    Scorer(model, tokenizer).save_pretrained(d / "slm")
+    return d / "slm"
+
+
+def write_nbest(directory):
+    """An N-best list (uttid, rank, AM score, text) and its references."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "dev.tsv").write_text("u1\t1\t-1.0\tAND GOD SAW THE LIGHT\nu1\t2\t-1.5\tAND GOD SAW THE NIGHT\n"
+                                       "u2\t1\t-2.0\tTHE EARTH WAS VOID\nu2\t2\t-2.1\tTHE EARTH WAS WITHOUT FORM\n")
+    (directory / "dev.ref").write_text("u1 AND GOD SAW THE LIGHT\nu2 THE EARTH WAS WITHOUT FORM\n")
+    return directory / "dev.tsv", directory / "dev.ref"
+
+
+@pytest.mark.parametrize("key,value", [("n_heads", 2), ("layer_norm_eps", 0.05)])
+def test_a_shared_cache_does_not_give_an_edited_copy_the_originals_scores(tiny_model, tmp_path, key, value):
+    """Issue 32: after editing n_heads (or layer_norm_eps) in a copy, a run sharing --cache with the original
+    scored the copy with the original's cached scores."""
+    copy = shutil.copytree(tiny_model, tmp_path / "copy")
+    config = json.loads((copy / "config.json").read_text())
+    config["model"][key] = value
+    (copy / "config.json").write_text(json.dumps(config))
+    dev, ref = write_nbest(tmp_path / "nb")
+    cache = tmp_path / "cache"
+    for lm, out in ((tiny_model, "out_a"), (copy, "out_b")):
+        result = cli("rescore", "--dev", dev, "--dev-ref", ref, "--lm", lm, "--cache", cache, "--out",
+                     tmp_path / out, "--no-progress")
+        assert result.returncode == 0, result.stderr[-2000:]
+    files = sorted(cache.glob("*.jsonl"))
+    assert len(files) == 2, files  # one cache per model: the copy's key differs
+    scores = [dict(json.loads(line) for line in f.read_text().splitlines()[1:]) for f in files]
+    assert scores[0].keys() == scores[1].keys()
+    assert max(abs(scores[0][t] - scores[1][t]) for t in scores[0]) > 1e-3, scores
+    from slm_lm.scorer import load_scorer
+
+    for spec in (tiny_model, copy):  # each model's cache holds its own scores
+        scorer = load_scorer(str(spec))
+        cached = next(s for f, s in zip(files, scores) if json.loads(f.read_text().splitlines()[0])["model"] ==
+                      scorer.name)
+        assert list(cached.values()) == pytest.approx(scorer.score(list(cached)), abs=1e-4)
+
+
+def test_a_model_folder_with_another_tokenizer_of_the_same_size_is_refused(tiny_model, tmp_path):
+    d = tmp_path / "other"
+    d.mkdir()
+    (d / "text.txt").write_text("ZEBRA QUARTZ VEX JUMPS OVER LAZY DOGS\nPACK MY BOX WITH FIVE DOZEN LIQUOR JUGS\n" * 30)
+    assert cli("train_bpe", "--text", d / "text.txt", "--vocab-size", "40", "--out", d / "bpe").returncode == 0
+    model = shutil.copytree(tiny_model, tmp_path / "model")
+    for name in ("bpe.model", "tokens.txt"):
+        shutil.copy(d / "bpe" / name, model / name)
+    (tmp_path / "in.txt").write_text("PACK MY BOX\n")
+    before = snapshot(tmp_path)
+    result = cli("score", "--model", model, "--input", tmp_path / "in.txt", "--output", tmp_path / "out.tsv")
+    expect_error(result, "slm-score", f"{model}: the tokenizer (bpe.model, tokens.txt) is not the one this model "
+                 "was saved with")
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("where", ["same", "inside", "contains", "link"])
+def test_init_slm_refuses_an_out_that_is_contains_or_is_inside_its_source(tiny_model, tmp_path, where):
+    """Issue 32: `slm-init-slm --from D --out D` overwrote the source model."""
+    source = shutil.copytree(tiny_model, tmp_path / "models" / "src")
+    out = {"same": source, "inside": source / "sub", "contains": tmp_path / "models", "link": tmp_path / "ln"}[where]
+    if where == "link":
+        out.symlink_to(source)
+    before = snapshot(tmp_path / "models")
+    result = cli("init_slm", "--from", source, "--out", out, "--kind", "slm")
+    how = {"same": "is", "inside": "is inside", "contains": "contains", "link": "is"}[where]
+    expect_error(result, "slm-init-slm", f"--out {out}: {how} the input {source}")
+    assert snapshot(tmp_path / "models") == before
+    assert not (source / "sub").exists()
+
+
+@pytest.mark.parametrize("under", [False, True])
+def test_init_slm_out_that_is_a_file_or_under_one(tiny_model, tmp_path, under):
+    notes = tmp_path / "notes"
+    notes.write_text("mine\n")
+    out = notes / "model" if under else notes
+    result = cli("init_slm", "--from", tiny_model, "--out", out, "--kind", "slm")
+    expect_error(result, "slm-init-slm", f"--out {out}: ", "is a file, not a directory")
+    assert notes.read_text() == "mine\n"
+
+
+def test_slm_score_output_under_a_file_is_one_line(tiny_model, tmp_path):
+    (tmp_path / "in.txt").write_text(TEXT)
+    (tmp_path / "afile").write_text("mine\n")
+    before = snapshot(tmp_path)
+    out = tmp_path / "afile" / "out.tsv"
+    result = cli("score", "--model", tiny_model, "--input", tmp_path / "in.txt", "--output", out)
+    expect_error(result, "slm-score", f"{out}: cannot write the output: {tmp_path / 'afile'} is a file")
+    assert snapshot(tmp_path) == before
+
+
+def test_slm_score_output_it_cannot_write_is_one_line(tiny_model, tmp_path):
+    """A directory the output cannot be created in (simulated: tests may run as root, who writes anywhere)."""
+    (tmp_path / "in.txt").write_text(TEXT)
+    out = tmp_path / "ro" / "out.tsv"
+    out.parent.mkdir()
+    code = ("import sys, tempfile\n"
+            "def refuse(*a, **k):\n"
+            "    raise PermissionError(13, 'Permission denied', k.get('dir'))\n"
+            "tempfile.mkstemp = refuse\n"
+            "from slm_lm.bin import score\n"
+            "score.main(sys.argv[1:])\n")
+    result = run(sys.executable, "-c", code, "--model", tiny_model, "--input", tmp_path / "in.txt", "--output", out)
+    expect_error(result, "slm-score", f"{out}: cannot write the output: Permission denied")
+    assert not out.exists()
+
+
+def test_a_refused_pickle_in_model_pt_is_one_line(tiny_model, tmp_path):
+    """torch's warning about the pickle protocol no longer comes before the refusal."""
+    import pickle
+
+    model = shutil.copytree(tiny_model, tmp_path / "model")
+    (model / "model.pt").write_bytes(pickle.dumps({"x": os.getcwd}, protocol=4))
+    (tmp_path / "in.txt").write_text(TEXT)
+    result = cli("score", "--model", model, "--input", tmp_path / "in.txt")
+    expect_error(result, "slm-score", f"{model / 'model.pt'}: refused to unpickle objects other than tensors")
+
+
+# slm-prepare-lm-text: corrupt resumable state, --out under a file
+
+@pytest.mark.parametrize("content", [b"{corrupt", b"\xff\xfe", b'{"key": {}, "stats": []}', b"[1, 2]"])
+def test_prepare_lm_text_corrupt_part_json_is_one_line_naming_it(tmp_path, content):
+    (tmp_path / "in.txt").write_text(TEXT)
+    out = tmp_path / "prep" / "train.txt"
+    first = cli("prepare_lm_text", "--books", tmp_path / "in.txt", "--normalized", "--out", out, "--keep-parts")
+    assert first.returncode == 0, first.stderr[-2000:]
+    meta = out.with_name("train.txt.parts") / "000000.json"
+    meta.write_bytes(content)
+    before = snapshot(tmp_path)
+    result = cli("prepare_lm_text", "--books", tmp_path / "in.txt", "--normalized", "--out", out)
+    expect_error(result, "slm-prepare-lm-text", f"{meta}", "corrupt saved state of an earlier run", "delete it")
+    assert snapshot(tmp_path) == before
+    meta.unlink()
+    again = cli("prepare_lm_text", "--books", tmp_path / "in.txt", "--normalized", "--out", out)
+    assert again.returncode == 0, again.stderr[-2000:]
+
+
+def test_prepare_lm_text_out_under_a_file_is_one_line(tmp_path):
+    (tmp_path / "in.txt").write_text(TEXT)
+    (tmp_path / "afile").write_text("mine\n")
+    before = snapshot(tmp_path)
+    out = tmp_path / "afile" / "t.txt"
+    result = cli("prepare_lm_text", "--books", tmp_path / "in.txt", "--normalized", "--out", out)
+    expect_error(result, "slm-prepare-lm-text", f"{out}: cannot write: {tmp_path / 'afile'} is a file")
+    assert snapshot(tmp_path) == before

@@ -237,3 +237,21 @@ def test_hf_scorers_plug_into_rescoring(dirs, tmp_path):
     table = lm_scores(scorer, texts, cache_dir=tmp_path, progress=False)
     assert table == pytest.approx(dict(zip(["the cat sat", "a dog ran"], scorer.score(["the cat sat", "a dog ran"]))))
     assert lm_scores(scorer, texts, cache_dir=tmp_path, progress=False) == table  # from the cache
+
+
+def test_the_cache_key_covers_the_whole_hf_config(dirs, tmp_path):
+    """Issue 32: an edited field of config.json (here layer_norm_eps, which changes the scores) gives another
+    cache key; an untouched copy elsewhere keeps it (where the model was loaded from is not part of it)."""
+    import json
+    import shutil
+
+    original = load_hf_scorer("hf-masked", dirs["bert"])
+    copy = shutil.copytree(dirs["bert"], tmp_path / "copy")
+    assert load_hf_scorer("hf-masked", copy).name == original.name
+    edited = shutil.copytree(dirs["bert"], tmp_path / "edited")
+    config = json.loads((edited / "config.json").read_text())
+    config["layer_norm_eps"] = 0.5
+    (edited / "config.json").write_text(json.dumps(config))
+    changed = load_hf_scorer("hf-masked", edited)
+    assert changed.name != original.name
+    assert changed.score(SENTENCES[:1]) != pytest.approx(original.score(SENTENCES[:1]), abs=1e-6)

@@ -133,3 +133,35 @@ def test_average_models_averages_the_weights_of_models_of_one_kind_and_shape(tok
 def test_model_directory_commands_run_as_modules(module):
     result = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, check=True)
     assert result.stdout.startswith(f"usage: slm-{module.split('.')[-1].replace('_', '-')}")
+
+
+def test_config_records_the_tokenizer_and_another_one_of_the_same_size_is_refused(tokenizer, tmp_path):
+    """Issue 32: save_pretrained and export record the tokenizer's digest in config.json; a folder whose
+    bpe.model/tokens.txt were replaced by another tokenizer of the same size is refused naming the folder; a
+    config.json without the record (written before there was one) loads as before."""
+    import shutil
+
+    d = tmp_path / "bpe_other"
+    d.mkdir()
+    (d / "text.txt").write_text("ZEBRA QUARTZ VEX JUMPS OVER LAZY DOGS\nPACK MY BOX WITH FIVE DOZEN JUGS\n" * 40)
+    other = train_bpe(d / "text.txt", d / "bpe", vocab_size=40)
+    assert other.vocab_size == tokenizer.vocab_size and other.digest() != tokenizer.digest()
+    model = tiny("slm", tokenizer)
+    model_dir.save_pretrained(tmp_path / "fp32", model, tokenizer, {"normalize": True})
+    model_dir.export(tmp_path / "fp16", model, tokenizer, {"normalize": True})
+    for name in ("fp32", "fp16"):
+        folder = tmp_path / name
+        config = json.loads((folder / model_dir.CONFIG_FILE).read_text())
+        assert config[model_dir.TOKENIZER_DIGEST_KEY] == tokenizer.digest()
+        swapped = shutil.copytree(folder, tmp_path / f"{name}_swapped")
+        other.save(swapped)
+        with pytest.raises(InputError, match=rf"^{swapped}: the tokenizer \(bpe.model, tokens.txt\) is not the one "
+                                             rf"this model was saved with .*records {tokenizer.digest()}"):
+            model_dir.load_pretrained(swapped)
+        unrecorded = shutil.copytree(swapped, tmp_path / f"{name}_unrecorded")
+        del config[model_dir.TOKENIZER_DIGEST_KEY]
+        (unrecorded / model_dir.CONFIG_FILE).write_text(json.dumps(config))
+        assert model_dir.load_pretrained(unrecorded)[1].digest() == other.digest()
+        (unrecorded / model_dir.CONFIG_FILE).write_text(json.dumps({**config, model_dir.TOKENIZER_DIGEST_KEY: 7}))
+        with pytest.raises(InputError, match="tokenizer_digest must be 16 hex digits, got '7'"):
+            model_dir.load_pretrained(unrecorded)

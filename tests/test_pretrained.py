@@ -82,3 +82,13 @@ def test_card_started_from_copies_the_shipped_start_and_refuses_an_unshipped_one
     assert chain == card["started_from"] + [{k: card[k] for k in ("name", "machine", "command", "training")}]
     with pytest.raises(InputError, match="not a shipped model"):
         started_from({"init": "exp/some/model"})
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_the_shipped_configs_record_their_own_tokenizer(name):
+    from slm_lm import model_dir
+
+    root = pretrained.path(name)
+    recorded = json.loads((root / "config.json").read_text())[model_dir.TOKENIZER_DIGEST_KEY]
+    assert recorded == model_dir.load_tokenizer(root).digest()
+    assert model_dir.load_pretrained(root)[1].digest() == recorded

@@ -152,3 +152,27 @@ def test_whole_words_change_scores_and_cache_key_but_not_for_a_clm(tokenizer, tm
                         "--output", str(out), *flag])
         got = [float(line.split("\t")[1]) for line in out.read_text().splitlines()]
         assert got == pytest.approx(scorer.score(SENTENCES[:2]), abs=1e-4)
+
+
+def test_the_cache_key_covers_every_config_field_not_a_chosen_few(tokenizer, tmp_path):
+    """Issue 32: a copy with another n_heads, layer_norm_eps or mask_id scores differently, so it gets another
+    cache key; an untouched copy elsewhere (or one with config.json's keys reordered) keeps the key."""
+    import json
+    import shutil
+
+    make_scorer(tokenizer, "slm").save_pretrained(tmp_path / "m")
+    original = load_scorer(str(tmp_path / "m"))
+    shutil.copytree(tmp_path / "m", tmp_path / "copy")
+    path = tmp_path / "copy" / "config.json"
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps(dict(reversed(list(config.items())))))
+    assert load_scorer(str(tmp_path / "copy")).name == original.name
+    for key, value in (("n_heads", 2), ("layer_norm_eps", 1e-5), ("mask_id", tokenizer.vocab_size - 3)):
+        edited = shutil.copytree(tmp_path / "m", tmp_path / key)
+        changed = json.loads((edited / "config.json").read_text())
+        changed["model"][key] = value
+        (edited / "config.json").write_text(json.dumps(changed))
+        scorer = load_scorer(str(edited))
+        assert scorer.name != original.name, key
+        if key != "mask_id":  # the SLM masks its queries: mask_id changes what it sees
+            assert scorer.score(SENTENCES) != pytest.approx(original.score(SENTENCES), abs=1e-6), key

@@ -10,11 +10,15 @@ trainer). Outputs:
     models also OUT/tokens.txt and OUT/bpe.model, the model's own tokenizer, for ESPnet's --token_list
     and --bpemodel. From a Hugging Face model only the vocabulary-independent weights are written (the
     token embeddings and the output bias are left out: ESPnet trains on its own sentencepiece token list).
+--out may neither be, contain nor lie inside --from (or the sentencepiece model an ESPnet experiment names),
+links followed: the source model is never overwritten.
 """
 import argparse
 from pathlib import Path
 
 from slm_lm.errors import InputError, fail
+
+PROG = "slm-init-slm"
 
 
 def parse_args(argv=None):
@@ -29,6 +33,42 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def input_paths(source: Path) -> list:
+    """What reading the model in `source` reads: the directory and, for an ESPnet LM experiment, the
+    sentencepiece model its config.yaml names (wherever it lies)."""
+    from slm_lm import model_dir
+
+    inputs = [source]
+    if (source / model_dir.ESPNET_CONFIG).is_file() and not (source / model_dir.CONFIG_FILE).exists():
+        import yaml
+
+        try:
+            config = yaml.safe_load((source / model_dir.ESPNET_CONFIG).read_text(encoding="utf-8-sig"))
+            inputs.append(model_dir.resolve_bpemodel(str(config["bpemodel"]), source))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, TypeError, KeyError, InputError):
+            pass  # loading the experiment names the problem
+    return inputs
+
+
+def check_out(out: Path, inputs: list) -> None:
+    """InputError unless `out` can be a new or existing output directory that neither is, contains nor lies
+    inside an input (compared as resolved paths: links followed)."""
+    resolved = out.resolve()
+    for item in inputs:
+        item = Path(item).resolve()
+        if resolved == item or item in resolved.parents or resolved in item.parents:
+            how = ("is" if resolved == item else "is inside" if item in resolved.parents else "contains")
+            raise InputError(f"--out {out}: {how} the input {item}: writing there would overwrite the model "
+                             "it is read from; choose another directory")
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: is a file, not a directory")
+    for parent in resolved.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"--out {out}: {parent} is a file, not a directory")
+            break
+
+
 def main(argv=None):
     args = parse_args(argv)
     from slm_lm import model_dir, pretrained
@@ -38,6 +78,7 @@ def main(argv=None):
     try:
         if not source.is_dir() and pretrained.path(args.source) is None:
             raise InputError(f"{source}: no such model directory, and no shipped model of that name")
+        check_out(out, input_paths(source if source.is_dir() else pretrained.path(args.source)))
         hf = model_dir.is_hf_model_dir(source)
         scorer = slm_from_hf(source, args.kind, args.case) if hf else from_our_checkpoint(args.source, args.kind)
         if args.format == "pretrained":
@@ -50,7 +91,9 @@ def main(argv=None):
             if left_out:
                 print(f"left out (vocabulary-dependent, trained from scratch): {', '.join(left_out)}")
     except InputError as e:
-        fail("slm-init-slm", e)
+        fail(PROG, e)
+    except OSError as e:  # writing the output: a read-only directory, a full disk
+        fail(PROG, f"{out}: cannot write the model: {e.strerror or e}")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ def main(argv=None):
             keep_parts=args.keep_parts)
     except InputError as e:
         fail("slm-prepare-lm-text", e)
+    except OSError as e:  # e.g. writing into a read-only directory, a full disk
+        fail("slm-prepare-lm-text", f"{e.filename or args.out}: {e.strerror or e}")
     totals, split = report["totals"], report["split"]
     print(json.dumps({
         "files": len(report["inputs"]), "words_in": totals.get("words_in", 0),

@@ -93,6 +93,18 @@ def score_stream(args, scorer, out) -> tuple[int, int]:
     return sentences, tokens
 
 
+def check_output(output: str) -> None:
+    """InputError for an --output that cannot be a file: a directory, or a path under a file."""
+    path = Path(output)
+    if path.is_dir():
+        raise InputError(f"{output}: --output is a directory, not a file")
+    for parent in path.resolve().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"{output}: cannot write the output: {parent} is a file, not a directory")
+            break
+
+
 def main(argv=None):
     args = parse_args(argv)
     from slm_lm.scorer import load_scorer
@@ -101,6 +113,8 @@ def main(argv=None):
     try:
         if args.output != "-" and args.input != "-" and Path(args.output).resolve() == Path(args.input).resolve():
             raise InputError(f"--output {args.output} is the input file: it would be replaced; choose another name")
+        if args.output != "-":
+            check_output(args.output)
         options = dict(device=args.device, dtype=args.dtype, max_tokens=args.max_tokens, truncate=args.truncate,
                        unknown=args.unknown)
         if args.no_normalize:
@@ -113,8 +127,11 @@ def main(argv=None):
         if args.output == "-":
             counts = score_stream(args, scorer, sys.stdout)
         else:
-            with atomic_open(args.output) as f:
-                counts = score_stream(args, scorer, f)
+            try:
+                with atomic_open(args.output) as f:
+                    counts = score_stream(args, scorer, f)
+            except OSError as e:  # a read-only directory, a full disk
+                raise InputError(f"{args.output}: cannot write the output: {e.strerror or e}") from None
     except InputError as e:
         where = f"{args.input}:{e.index + 1}: " if e.index is not None else ""
         fail("slm-score", f"{where}{e}")
