@@ -99,7 +99,7 @@ def exclusive_dir_lock(directory, command: str):
             os.close(fd)
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise InputError(f"{directory}: in use by {holder} (lock {lock}); one writer per output "
-                                 f"directory: wait for it to end or give {command} another") from None
+                                 f"directory: wait for it to end, or give {command} another one") from None
             raise InputError(f"{directory}: cannot lock {lock}: {e.strerror or e}") from None
         try:  # the file locked is still the one at `lock` (not one a finishing holder just removed)?
             same = os.path.samestat(os.fstat(fd), os.stat(lock))

@@ -284,7 +284,7 @@ def test_encode_records_the_tokenizer_and_load_checks_it(data, tmp_path):
     record = json.loads((directory / "valid.ids.json").read_text())
     assert record["tokenizer"] == tokenizer.digest() and record["sentences"] == len(TEXT.splitlines())
     assert len(load_corpus(directory / "valid.ids.xz", tokenizer)) == len(TEXT.splitlines())
-    (tmp_path / "other.txt").write_text("ZEBRA QUARTZ VEX JUMPS OVER LAZY DOGS\nPACK MY BOX WITH FIVE DOZEN JUGS\n" * 60)
+    (tmp_path / "other.txt").write_text("ZEBRA QUARTZ VEX JUMPS OVER LAZY DOGS\nPACK MY BOX WITH FIVE JUGS\n" * 60)
     other = train_bpe(tmp_path / "other.txt", tmp_path / "other", vocab_size=60)  # as the fixture's
     assert other.vocab_size == tokenizer.vocab_size and other.digest() != tokenizer.digest()
     with pytest.raises(InputError, match=r"valid.ids.xz: encoded with another tokenizer"):

@@ -77,7 +77,8 @@ def encode_corpus(text, tokenizer: Tokenizer, out, max_sentences: int = 0) -> di
             handle.write(data)
         write_atomic(record_path(out), json.dumps(record, indent=1) + "\n")
     except OSError as e:
-        raise InputError(f"{out}: cannot write: {e.strerror or e}") from None
+        where = f" ({e.filename})" if e.filename and str(e.filename) != str(out) else ""
+        raise InputError(f"{out}: cannot write: {e.strerror or e}{where}") from None
     return {"sentences": sentences, "pieces": int(len(array) - sentences), "bytes": os.path.getsize(out)}
 
 
