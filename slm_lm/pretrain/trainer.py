@@ -3,10 +3,9 @@
 Writes `out_dir`/checkpoint.pt (resume: the model, the optimizer, the loop state, every random-number state
 the training draws from, and what the run is: kind, model config, seed, tokenizer), curve.tsv (budget minutes,
 updates, tokens, train and valid CE; with `content_loss` the train column is the whole objective per
-query-stream token) and the scoring-ready
-`out_dir`/model/ (see `export`) with its card (training.json), all refreshed at every validation. One run
-writes into `out_dir` at a time (`slm_lm.fileio.exclusive_dir_lock`); resuming a checkpoint with another
-kind, model shape, dropout, seed or tokenizer is refused.
+query-stream token) and the scoring-ready `out_dir`/model/ (see `export`) with its card (training.json), all
+refreshed at every validation. One run writes into `out_dir` at a time (`slm_lm.fileio.exclusive_dir_lock`);
+resuming a checkpoint with another kind, model shape, dropout, seed or tokenizer is refused.
 """
 import pickle
 import random
