@@ -1,8 +1,11 @@
 """File input and output: UTF-8 text lines in (`read_text_lines`, gzip or not, errors naming the line), and
 atomic output: write a temporary file (or directory) beside the target, then rename it into place, so that a
-crash never leaves a half-written file."""
+crash never leaves a half-written file; and one writer per output directory (`exclusive_dir_lock`)."""
+import errno
+import fcntl
 import gzip
 import os
+import socket
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -64,6 +67,57 @@ def replace_dir(staging, target, stale=()) -> None:
     os.rename(target, old / target.name)
     os.rename(staging, target)
     shutil.rmtree(old)
+
+
+LOCK_FILE = ".slm_lm.lock"
+
+
+@contextmanager
+def exclusive_dir_lock(directory, command: str):
+    """Hold `directory` (created if missing) for the block, as its one writer: `fcntl.flock` on
+    `directory`/.slm_lm.lock, which names the holder (command, pid, host) while it is held and is removed
+    when the block ends. A second holder, in this process or another, is refused at once: InputError naming
+    the directory and the holder. The lock is advisory: it keeps out the commands that take it.
+    """
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise InputError(f"{directory}: is a file, not a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{directory}: cannot create the directory: {e.strerror or e}") from None
+    lock = directory / LOCK_FILE
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:
+            raise InputError(f"{directory}: cannot write its lock file {LOCK_FILE}: {e.strerror or e}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise InputError(f"{directory}: in use by {holder} (lock {lock}); one writer per output "
+                                 f"directory: wait for it to end, or give {command} another one") from None
+            raise InputError(f"{directory}: cannot lock {lock}: {e.strerror or e}") from None
+        try:  # the file locked is still the one at `lock` (not one a finishing holder just removed)?
+            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{command} (pid {os.getpid()} on {socket.gethostname()})\n".encode())
+        yield lock
+    finally:
+        try:
+            os.unlink(lock)  # while still held: a later writer creates and locks a new file
+        except OSError:
+            pass
+        os.close(fd)
 
 
 def read_text_lines(path: Path) -> Iterator[tuple[int, str]]:

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -386,3 +387,143 @@ def test_prepare_lm_text_out_under_a_file_is_one_line(tmp_path):
     result = cli("prepare_lm_text", "--books", tmp_path / "in.txt", "--normalized", "--out", out)
     expect_error(result, "slm-prepare-lm-text", f"{out}: cannot write: {tmp_path / 'afile'} is a file")
     assert snapshot(tmp_path) == before
+
+
+# slm-pretrain: checkpoints of another run, one writer per --out, corpora and options it cannot use
+
+PRETRAIN_TINY = ["--n-layers", "1", "--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--max-positions", "32",
+                 "--batch-tokens", "128", "--threads", "1", "--valid-every", "1000"]
+
+
+@pytest.fixture(scope="module")
+def pretrain_data(tmp_path_factory):
+    """DATA (a 40-piece tokenizer, train and valid corpora with their records) and a finished 2-update SLM run."""
+    from slm_lm.bpe import train_bpe
+    from slm_lm.pretrain import encode_corpus
+
+    d = tmp_path_factory.mktemp("pretrain")
+    (d / "text.txt").write_text(TEXT * 30)
+    tokenizer = train_bpe(d / "text.txt", d / "data", vocab_size=40)
+    for name in ("train", "valid"):
+        encode_corpus(d / "text.txt", tokenizer, d / "data" / f"{name}.ids.xz")
+    result = cli("pretrain", "train", "--kind", "slm", "--data", d / "data", "--out", d / "run", "--updates", "2",
+                 *PRETRAIN_TINY)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return d / "data", d / "run"
+
+
+def pretrain_argv(data, out, *changes, kind="slm"):
+    """`train` arguments of the fixture's run, with `changes` (option, value pairs) replacing its values."""
+    options = dict(zip(PRETRAIN_TINY[::2], PRETRAIN_TINY[1::2]))
+    budget = {"--updates": "2"}
+    for option, value in zip(changes[::2], changes[1::2]):
+        if option in ("--minutes", "--updates"):
+            budget = {option: value}
+        else:
+            options[option] = value
+    return ["train", "--kind", kind, "--data", data, "--out", out,
+            *[x for pair in {**budget, **options}.items() for x in pair]]
+
+
+@pytest.mark.parametrize("kind,changes,needles", [
+    ("clm", [], ["a checkpoint of kind slm", "this run's --kind is clm"]),
+    ("slm", ["--d-model", "64"], ["d_model=32 (this run: --d-model 64)"]),
+    ("slm", ["--dropout", "0", "--n-layers", "2"], ["n_layers=1 (this run: --n-layers 2)",
+                                                   "dropout=0.1 (this run: --dropout 0.0)"]),
+    ("slm", ["--seed", "3"], ["seed=0 (this run: --seed 3)"]),
+])
+def test_pretrain_refuses_to_resume_a_checkpoint_of_another_run(tmp_path, pretrain_data, kind, changes, needles):
+    data, run = pretrain_data
+    out = shutil.copytree(run, tmp_path / "run")
+    before = snapshot(out, data)
+    result = cli("pretrain", *pretrain_argv(data, out, "--updates", "4", *changes, kind=kind))
+    expect_error(result, "slm-pretrain", f"{out / 'checkpoint.pt'}: ", *needles)
+    assert snapshot(out, data) == before
+
+
+def test_a_second_pretrain_run_into_the_same_out_is_refused_at_once(tmp_path, pretrain_data):
+    data, _ = pretrain_data
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    first = subprocess.Popen([sys.executable, "-m", "slm_lm.bin.pretrain",
+                              *map(str, pretrain_argv(data, out, "--minutes", "10"))],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        lock = out / ".slm_lm.lock"
+        for _ in range(600):  # the first run holds --out once its lock file names it
+            if f"pid {first.pid} " in (lock.read_text() if lock.exists() else ""):
+                break
+            assert first.poll() is None, "the first run ended"
+            time.sleep(0.1)
+        else:
+            pytest.fail("the first run never took its lock")
+        result = cli("pretrain", *pretrain_argv(data, out, "--minutes", "10", "--seed", "1"))
+        expect_error(result, "slm-pretrain", f"{out}: in use by slm-pretrain (pid {first.pid} ",
+                     "one writer per output directory")
+        assert first.poll() is None  # the first run goes on
+    finally:
+        first.terminate()
+        first.wait(timeout=60)
+
+
+def test_pretrain_encode_refuses_an_empty_or_missing_text(tmp_path, pretrain_data):
+    data, _ = pretrain_data
+    (tmp_path / "empty.txt").write_text("")
+    before = snapshot(tmp_path, data)
+    result = cli("pretrain", "encode", "--bpe-dir", data, "--text", tmp_path / "empty.txt",
+                 "--out", tmp_path / "e.ids.xz")
+    expect_error(result, "slm-pretrain", f"{tmp_path / 'empty.txt'}: no sentence to encode")
+    result = cli("pretrain", "encode", "--bpe-dir", data, "--text", tmp_path / "missing.txt",
+                 "--out", tmp_path / "m.ids.xz")
+    expect_error(result, "slm-pretrain", f"{tmp_path / 'missing.txt'}: cannot open")
+    assert snapshot(tmp_path, data) == before
+
+
+@pytest.mark.parametrize("record", [True, False])
+def test_pretrain_refuses_a_corpus_of_another_tokenizer(tmp_path, pretrain_data, record):
+    """With its record (NAME.ids.json), a corpus of another tokenizer of the same size is refused by digest;
+    without (an older corpus), one of a bigger vocabulary is refused by its token ids."""
+    from slm_lm.bpe import train_bpe
+    from slm_lm.pretrain import encode_corpus
+
+    data, _ = pretrain_data
+    if record:  # another tokenizer of the very same size
+        (tmp_path / "other.txt").write_text("ZEBRA QUARTZ VEX JUMPS OVER LAZY DOGS\nPACK MY BOX WITH FIVE JUGS\n" * 30)
+        other = train_bpe(tmp_path / "other.txt", tmp_path / "bpe", vocab_size=40)
+        needles = ["encoded with another tokenizer", "train.ids.json"]
+    else:
+        (tmp_path / "text.txt").write_text(TEXT * 30)
+        other = train_bpe(tmp_path / "text.txt", tmp_path / "bpe", vocab_size=60)
+        needles = ["token id", "beyond the vocabulary of 41"]
+    mixed = tmp_path / "data"
+    mixed.mkdir()
+    for name in ("bpe.model", "tokens.txt"):
+        shutil.copy(data / name, mixed / name)
+    for name in ("train", "valid"):
+        encode_corpus(tmp_path / ("other.txt" if record else "text.txt"), other, mixed / f"{name}.ids.xz")
+        if not record:
+            (mixed / f"{name}.ids.json").unlink()
+    before = snapshot(mixed)
+    result = cli("pretrain", *pretrain_argv(mixed, tmp_path / "out"))
+    expect_error(result, "slm-pretrain", f"{mixed / 'train.ids.xz'}: ", *needles)
+    assert snapshot(mixed) == before and not (tmp_path / "out" / "checkpoint.pt").exists()
+
+
+@pytest.mark.parametrize("changes,needles", [
+    (["--max-positions", "2"], ["--max-positions 2: too small for one piece between <s> and </s>"]),
+    (["--minutes", "inf"], ["--minutes inf: must be a finite number"]),
+    (["--minutes", "nan"], ["--minutes nan: must be a finite number"]),
+    (["--threads", "-1"], ["--threads -1: must be 1 or more"]),
+    (["--threads", "0"], ["--threads 0: must be 1 or more"]),
+    (["--out-is-a-file"], ["is a file, not a directory"]),
+])
+def test_pretrain_options_it_cannot_use_are_one_line(tmp_path, pretrain_data, changes, needles):
+    data, _ = pretrain_data
+    out = tmp_path / "out"
+    if changes == ["--out-is-a-file"]:
+        out.write_text("my notes\n")
+        changes = []
+    before = snapshot(tmp_path, data)
+    result = cli("pretrain", *pretrain_argv(data, out, *changes))
+    expect_error(result, "slm-pretrain", *needles)
+    assert snapshot(tmp_path, data) == before

@@ -9,7 +9,8 @@ import torch
 from slm_lm.bin import pretrain as pretrain_cli
 from slm_lm.bpe import train_bpe
 from slm_lm.errors import InputError
-from slm_lm.pretrain import Budget, batches, collate, learning_rate, load_corpus
+from slm_lm.fileio import LOCK_FILE, exclusive_dir_lock
+from slm_lm.pretrain import Budget, batches, collate, learning_rate, load_corpus, trainer
 from slm_lm.scorer import Scorer
 
 TEXT = """IN THE BEGINNING GOD CREATED THE HEAVEN AND THE EARTH
@@ -227,3 +228,71 @@ def test_corrupt_corpus_is_a_clear_error(tmp_path):
     (tmp_path / "x.ids.xz").write_bytes(b"not lzma")
     with pytest.raises(InputError, match="x.ids.xz: cannot read the encoded corpus"):
         load_corpus(tmp_path / "x.ids.xz")
+
+
+def test_a_run_killed_at_a_checkpoint_resumes_bit_identically_with_dropout(data, tmp_path, monkeypatch, device):
+    """Dropout draws from torch's generator: the checkpoint holds it (and every other random-number state), so a
+    run killed after its checkpoint at update 12 and resumed ends with the very weights of an uninterrupted run."""
+    directory, _ = data
+    run = ["train", "--kind", "slm", "--data", str(directory), "--updates", "30", "--dropout", "0.1", "--lr", "3e-3",
+           "--device", device, *TINY]
+    pretrain_cli.main(run + ["--out", str(tmp_path / "whole"), "--valid-every", "1000"])
+
+    class Killed(Exception):
+        pass
+
+    update = trainer._TrainingRun.update
+
+    def killed_at_12(self, index):
+        if self.state["updates"] == 12:
+            raise Killed
+        update(self, index)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(trainer._TrainingRun, "update", killed_at_12)
+        with pytest.raises(Killed):  # --valid-every 0: a checkpoint before every update
+            pretrain_cli.main(run + ["--out", str(tmp_path / "resumed"), "--valid-every", "0"])
+    assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)["state"]["updates"] == 12
+    assert not (tmp_path / "resumed" / LOCK_FILE).exists()  # the killed run let go of its --out
+    pretrain_cli.main(run + ["--out", str(tmp_path / "resumed"), "--valid-every", "1000"])
+    whole, resumed = (torch.load(tmp_path / name / "checkpoint.pt", weights_only=True) for name in ("whole", "resumed"))
+    assert whole["state"]["updates"] == resumed["state"]["updates"] == 30
+    assert whole["model"].keys() == resumed["model"].keys()
+    assert all(torch.equal(whole["model"][k], resumed["model"][k]) for k in whole["model"])
+
+
+def test_exclusive_dir_lock_admits_one_holder_at_a_time(tmp_path):
+    out = tmp_path / "out"
+    with exclusive_dir_lock(out, "slm-pretrain") as lock:
+        assert lock == out / LOCK_FILE and "slm-pretrain (pid " in lock.read_text()
+        with pytest.raises(InputError, match=rf"{out}: in use by slm-pretrain \(pid \d+ .*give slm-rescore another"):
+            with exclusive_dir_lock(out, "slm-rescore"):
+                pass
+    assert not lock.exists()
+    with exclusive_dir_lock(out, "slm-rescore"):  # free again
+        pass
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(InputError, match="afile: is a file, not a directory"):
+        with exclusive_dir_lock(tmp_path / "afile", "slm-pretrain"):
+            pass
+
+
+def test_encode_records_the_tokenizer_and_load_checks_it(data, tmp_path):
+    """NAME.ids.json names the tokenizer; given another tokenizer of the same size load_corpus refuses the
+    corpus; without the record (an older corpus) only the vocabulary range is checked."""
+    directory, tokenizer = data
+    record = json.loads((directory / "valid.ids.json").read_text())
+    assert record["tokenizer"] == tokenizer.digest() and record["sentences"] == len(TEXT.splitlines())
+    assert len(load_corpus(directory / "valid.ids.xz", tokenizer)) == len(TEXT.splitlines())
+    (tmp_path / "other.txt").write_text("ZEBRA QUARTZ VEX JUMPS OVER LAZY DOGS\nPACK MY BOX WITH FIVE JUGS\n" * 60)
+    other = train_bpe(tmp_path / "other.txt", tmp_path / "other", vocab_size=60)  # as the fixture's
+    assert other.vocab_size == tokenizer.vocab_size and other.digest() != tokenizer.digest()
+    with pytest.raises(InputError, match=r"valid.ids.xz: encoded with another tokenizer"):
+        load_corpus(directory / "valid.ids.xz", other)
+    for name in ("valid.ids.xz", "valid.ids.json"):
+        (tmp_path / name).write_bytes((directory / name).read_bytes())
+    (tmp_path / "valid.ids.json").write_text(json.dumps({**record, "corpus_sha1": "0" * 40}))
+    with pytest.raises(InputError, match=r"valid.ids.json: describes another corpus than valid.ids.xz"):
+        load_corpus(tmp_path / "valid.ids.xz", tokenizer)
+    (tmp_path / "valid.ids.json").unlink()
+    assert len(load_corpus(tmp_path / "valid.ids.xz", other)) == len(TEXT.splitlines())  # no record: no check

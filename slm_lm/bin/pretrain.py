@@ -1,6 +1,14 @@
-"""slm-pretrain: encode a corpus, or pre-train an LM kind for a budget of minutes or updates (see slm_lm.pretrain)."""
+"""slm-pretrain: encode a corpus, or pre-train an LM kind for a budget of minutes or updates (see slm_lm.pretrain).
+
+`encode` writes NAME.ids.xz and, beside it, NAME.ids.json naming the tokenizer that encoded it; `train` refuses a
+corpus encoded with another tokenizer than the one in --data (a corpus without NAME.ids.json, encoded by an
+older slm-pretrain, is accepted without that check) or holding token ids beyond its vocabulary. One `train` at a
+time writes into an --out (a second is refused); a run resumes the checkpoint in --out, exactly (random-number
+states included), and refuses one of another kind, model shape, dropout, seed or tokenizer.
+"""
 import argparse
 import json
+import math
 from pathlib import Path
 
 from slm_lm.config import KINDS, SIZES
@@ -11,15 +19,20 @@ from slm_lm.precision import DTYPE_CHOICES, device_option
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    enc = sub.add_parser("encode", help="text (one normalised sentence a line) -> NAME.ids.xz")
+    enc = sub.add_parser("encode", help="text (one normalised sentence a line) -> NAME.ids.xz, and NAME.ids.json "
+                                        "naming its tokenizer")
     enc.add_argument("--bpe-dir", required=True, help="directory with bpe.model and tokens.txt")
     enc.add_argument("--text", required=True)
     enc.add_argument("--out", required=True)
     enc.add_argument("--max-sentences", type=int, default=0, help="encode only the first N lines (0: all)")
     tr = sub.add_parser("train", help="train one kind on DATA/{train,valid}.ids.xz + tokenizer files")
     tr.add_argument("--kind", required=True, choices=KINDS)
-    tr.add_argument("--data", required=True, help="directory: train.ids.xz, valid.ids.xz, bpe.model, tokens.txt")
-    tr.add_argument("--out", required=True)
+    tr.add_argument("--data", required=True,
+                    help="directory: train.ids.xz, valid.ids.xz, bpe.model, tokens.txt; a corpus whose NAME.ids.json "
+                         "names another tokenizer is refused (one without it, from an older encode, is not checked)")
+    tr.add_argument("--out", required=True,
+                    help="directory of the run (one run at a time); a checkpoint there is resumed if it is of the "
+                         "same kind, model options, seed and tokenizer, and refused otherwise")
     budget = tr.add_mutually_exclusive_group(required=True)
     budget.add_argument("--minutes", type=float, help="training budget in minutes of --clock time")
     budget.add_argument("--updates", type=int,
@@ -41,7 +54,7 @@ def main(argv=None):
     tr.add_argument("--valid-every", type=float, default=10.0, help="minutes of --clock time between validations")
     tr.add_argument("--valid-sentences", type=int, default=0, help="validate on the first N sentences (0: all)")
     tr.add_argument("--seed", type=int, default=0)
-    tr.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
+    tr.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
     tr.add_argument("--content-loss", type=float, default=0.0,
                     help="SLM only: weight of the content streams' neighbour-prediction loss (0: the paper's loss)")
     tr.add_argument("--content-sample", type=float, default=1.0,
@@ -61,11 +74,16 @@ def main(argv=None):
             if not args.out.endswith(".ids.xz"):
                 raise InputError(f"--out {args.out}: name it NAME.ids.xz (train reads DATA/train.ids.xz and "
                                  "DATA/valid.ids.xz)")
+            if Path(args.out).is_dir():
+                raise InputError(f"--out {args.out}: is a directory, not a file")
+            if args.max_sentences < 0:
+                raise InputError(f"--max-sentences {args.max_sentences}: must be 0 (all) or more")
             print(json.dumps(encode_corpus(args.text, Tokenizer.from_dir(args.bpe_dir), args.out,
                                            args.max_sentences)))
             return
         from slm_lm.pretrain import PretrainSettings, pretrain
 
+        check_train_options(args)
         if (args.minutes or 0) <= 0 and (args.updates or 0) <= 0:
             given = "--minutes" if args.minutes is not None else "--updates"
             raise InputError(f"{given}: the budget must be positive")
@@ -76,13 +94,33 @@ def main(argv=None):
             kind=args.kind, data_dir=Path(args.data), out_dir=Path(args.out), model_args=model_args,
             minutes=args.minutes or 0.0, updates=args.updates or 0, clock=args.clock, deadline_minutes=args.deadline,
             peak_lr=args.lr, warmup=args.warmup, batch_tokens=args.batch_tokens, device=args.device,
-            dtype=args.dtype, threads=args.threads, seed=args.seed, valid_every_minutes=args.valid_every,
+            dtype=args.dtype, threads=args.threads or 0, seed=args.seed, valid_every_minutes=args.valid_every,
             valid_sentences=args.valid_sentences, content_loss=args.content_loss,
             content_sample=args.content_sample, whole_words=args.whole_words, init=args.init)
         card = pretrain(settings)
         print(json.dumps(card))
     except (InputError, ValueError) as e:
         fail("slm-pretrain", e)
+
+
+def check_train_options(args) -> None:
+    """Refuse numbers no run can use (InputError naming the option): NaN or infinite floats, negative
+    durations, a non-positive --threads, --batch-tokens or --valid-sentences below 0, an --out that is a file."""
+    for option in ("minutes", "deadline", "dropout", "lr", "warmup", "valid_every", "content_loss", "content_sample"):
+        value = getattr(args, option)
+        if value is not None and not math.isfinite(60.0 * value):
+            raise InputError(f"--{option.replace('_', '-')} {value}: must be a finite number")
+    for option in ("deadline", "valid_every"):
+        if getattr(args, option) < 0:
+            raise InputError(f"--{option.replace('_', '-')} {getattr(args, option)}: must be 0 or more")
+    if args.threads is not None and args.threads < 1:
+        raise InputError(f"--threads {args.threads}: must be 1 or more (leave it out for torch's default)")
+    if args.batch_tokens < 1:
+        raise InputError(f"--batch-tokens {args.batch_tokens}: must be 1 or more")
+    if args.valid_sentences < 0:
+        raise InputError(f"--valid-sentences {args.valid_sentences}: must be 0 (all) or more")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise InputError(f"--out {args.out}: is a file, not a directory")
 
 
 if __name__ == "__main__":

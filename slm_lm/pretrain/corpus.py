@@ -1,10 +1,15 @@
 """The pre-training corpus: encoding text into it, reading it back, and batches of sentences of similar length.
 
 Format (`encode_corpus`): the token ids of every sentence, pieces only, each sentence followed by 0
-(`<blank>`, never a piece), as little-endian uint16, lzma-compressed: `NAME.ids.xz`.  Batches
-(`batches`, `collate`) are sentences of similar length under a padded-token budget, as ESPnet's `numel`
-batches.
+(`<blank>`, never a piece), as little-endian uint16, lzma-compressed: `NAME.ids.xz`; beside it
+`NAME.ids.json` records the tokenizer that encoded it (`Tokenizer.digest()`) and the corpus's own digest.
+`load_corpus` given a tokenizer refuses a corpus whose record names another tokenizer, and any corpus with
+a token id beyond that tokenizer's vocabulary; a corpus without the record (encoded before it existed) is
+accepted without the tokenizer check. Batches (`batches`, `collate`) are sentences of similar length under a
+padded-token budget, as ESPnet's `numel` batches.
 """
+import hashlib
+import json
 import lzma
 import os
 import random
@@ -15,49 +20,117 @@ import torch
 from tqdm import tqdm
 
 from slm_lm.errors import InputError
-from slm_lm.fileio import atomic_open
+from slm_lm.fileio import atomic_open, write_atomic
 from slm_lm.tokenizer import Tokenizer
 
 
+def record_path(corpus) -> Path:
+    """`NAME.ids.json`, the record beside the corpus `NAME.ids.xz` (see the module's docstring)."""
+    corpus = Path(corpus)
+    name = corpus.name[: -len(".xz")] if corpus.name.endswith(".xz") else corpus.name
+    return corpus.with_name(name + ".json")
+
+
 def encode_corpus(text, tokenizer: Tokenizer, out, max_sentences: int = 0) -> dict:
-    """Encode `text` (one normalised sentence a line) into `out` (.ids.xz); returns counts.
+    """Encode `text` (one normalised sentence a line) into `out` (.ids.xz) and its record (`record_path`);
+    returns counts. A text without a sentence is refused.
 
     With `max_sentences`, only the first that many lines are encoded (a subset small enough to travel).
     """
     if tokenizer.vocab_size > 65535:
         raise InputError(f"vocabulary of {tokenizer.vocab_size} does not fit uint16 ids")
     ids, sentences = [], 0
-    with open(text, encoding="utf-8-sig") as handle:
-        for number, line in enumerate(tqdm(handle, desc=f"encode {Path(text).name}", unit="sent"), 1):
-            if max_sentences and sentences == max_sentences:
-                break
-            line = line.strip()
-            if not line:
-                raise InputError(f"{text}:{number}: empty line")
-            try:
-                pieces = tokenizer.encode(line)
-            except InputError as e:
-                raise InputError(f"{text}:{number}: {e}") from None
-            ids.extend(pieces)
-            ids.append(0)
-            sentences += 1
+    try:
+        handle = open(text, encoding="utf-8-sig")
+    except OSError as e:
+        raise InputError(f"{text}: cannot open: {e.strerror or e}") from None
+    number = 0
+    try:
+        with handle:
+            first = handle.readline()
+            if not first:  # refused before the progress bar starts: the message is the only line
+                raise InputError(f"{text}: no sentence to encode (the text is empty)")
+            lines = _chain(first, handle)
+            for number, line in enumerate(tqdm(lines, desc=f"encode {Path(text).name}", unit="sent"), 1):
+                if max_sentences and sentences == max_sentences:
+                    break
+                line = line.strip()
+                if not line:
+                    raise InputError(f"{text}:{number}: empty line")
+                try:
+                    pieces = tokenizer.encode(line)
+                except InputError as e:
+                    raise InputError(f"{text}:{number}: {e}") from None
+                ids.extend(pieces)
+                ids.append(0)
+                sentences += 1
+    except UnicodeDecodeError as e:
+        raise InputError(f"{text}:{number + 1}: not UTF-8 text ({e.reason})") from None
+    except OSError as e:
+        raise InputError(f"{text}:{number + 1}: cannot read: {e.strerror or e}") from None
     array = np.asarray(ids, dtype="<u2")
-    with atomic_open(out, "wb") as handle:
-        handle.write(lzma.compress(array.tobytes(), preset=9 | lzma.PRESET_EXTREME))
+    data = lzma.compress(array.tobytes(), preset=9 | lzma.PRESET_EXTREME)
+    record = {"tokenizer": tokenizer.digest(), "vocab_size": tokenizer.vocab_size, "sentences": sentences,
+              "corpus_sha1": hashlib.sha1(data).hexdigest()}
+    try:
+        with atomic_open(out, "wb") as handle:
+            handle.write(data)
+        write_atomic(record_path(out), json.dumps(record, indent=1) + "\n")
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename and str(e.filename) != str(out) else ""
+        raise InputError(f"{out}: cannot write: {e.strerror or e}{where}") from None
     return {"sentences": sentences, "pieces": int(len(array) - sentences), "bytes": os.path.getsize(out)}
 
 
-def load_corpus(path) -> list:
-    """Sentences of an `.ids.xz` corpus as a list of int64 numpy arrays (pieces only)."""
+def _chain(first: str, rest):
+    yield first
+    yield from rest
+
+
+def load_corpus(path, tokenizer: Tokenizer | None = None) -> list:
+    """Sentences of an `.ids.xz` corpus as a list of int64 numpy arrays (pieces only).
+
+    Given the `tokenizer` it is to be used with: a corpus whose record (`record_path`) names another
+    tokenizer, or that holds a token id beyond its vocabulary, is refused (InputError naming the corpus).
+    A corpus without a record (encoded before records existed) is accepted without the tokenizer check.
+    """
+    path = Path(path)
     try:
-        array = np.frombuffer(lzma.decompress(Path(path).read_bytes()), dtype="<u2").astype(np.int64)
+        data = path.read_bytes()
+        array = np.frombuffer(lzma.decompress(data), dtype="<u2").astype(np.int64)
     except (OSError, lzma.LZMAError) as e:
         raise InputError(f"{path}: cannot read the encoded corpus: {e}") from None
     if len(array) == 0 or array[-1] != 0:
         raise InputError(f"{path}: not an encoded corpus (must end with a 0 separator)")
+    if tokenizer is not None:
+        check_tokenizer(path, data, tokenizer)
+        largest = int(array.max())
+        if largest >= tokenizer.vocab_size:
+            raise InputError(f"{path}: token id {largest} is beyond the vocabulary of {tokenizer.vocab_size} of "
+                             "the tokenizer it is used with (encoded with another tokenizer?)")
     ends = np.flatnonzero(array == 0)
     starts = np.concatenate([[0], ends[:-1] + 1])
     return [array[s:e] for s, e in zip(starts, ends)]
+
+
+def check_tokenizer(path: Path, data: bytes, tokenizer: Tokenizer) -> None:
+    """Refuse the corpus `path` (its bytes: `data`) if its record names a tokenizer other than `tokenizer`
+    or describes another corpus; a corpus without a record is not checked."""
+    record = record_path(path)
+    if not record.exists():
+        return
+    try:
+        saved = json.loads(record.read_text(encoding="utf-8"))
+        digest, corpus_sha1 = saved["tokenizer"], saved["corpus_sha1"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        raise InputError(f"{record}: cannot read the record of {path.name}: {e}") from None
+    if corpus_sha1 != hashlib.sha1(data).hexdigest():
+        raise InputError(f"{record}: describes another corpus than {path.name} (one of them was replaced); "
+                         "encode the text again")
+    if digest != tokenizer.digest():
+        raise InputError(f"{path}: encoded with another tokenizer (digest {digest}, recorded in {record.name}) "
+                         f"than the one it is used with (digest {tokenizer.digest()}); encode the text again "
+                         "with that tokenizer")
 
 
 def batches(lengths: list, max_tokens: int, rng: random.Random, pool: int = 100):

@@ -1,20 +1,25 @@
 """The pre-training run: its settings, the training loop, validation, the checkpoint, the card and the export.
 
-Writes `out_dir`/checkpoint.pt (resume), curve.tsv (budget minutes, updates, tokens, train and valid CE;
-with `content_loss` the train column is the whole objective per query-stream token) and the scoring-ready
-`out_dir`/model/ (see `export`) with its card (training.json), all refreshed at every validation.
+Writes `out_dir`/checkpoint.pt (resume: the model, the optimizer, the loop state, every random-number state
+the training draws from, and what the run is: kind, model config, seed, tokenizer), curve.tsv (budget minutes,
+updates, tokens, train and valid CE; with `content_loss` the train column is the whole objective per
+query-stream token) and the scoring-ready `out_dir`/model/ (see `export`) with its card (training.json), all
+refreshed at every validation. One run writes into `out_dir` at a time (`slm_lm.fileio.exclusive_dir_lock`);
+resuming a checkpoint with another kind, model shape, dropout, seed or tokenizer is refused.
 """
+import pickle
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
 from slm_lm import model_dir
 from slm_lm.config import LMConfig
 from slm_lm.errors import InputError
-from slm_lm.fileio import atomic_open, write_atomic
+from slm_lm.fileio import atomic_open, exclusive_dir_lock, write_atomic
 from slm_lm.models import model_from_config
 from slm_lm.precision import autocast, resolve_dtype
 from slm_lm.pretrain.corpus import batches, collate, load_corpus
@@ -71,6 +76,12 @@ class PretrainSettings:
             raise ValueError(f"content_loss is an SLM option; kind is {self.kind!r}")
         if not 0.0 < self.content_sample <= 1.0:
             raise ValueError(f"content_sample must be in (0, 1], got {self.content_sample}")
+        max_positions = self.model_args.get("max_positions", LMConfig.max_positions)
+        if isinstance(max_positions, int) and max_positions < 3:
+            raise ValueError(f"--max-positions {max_positions}: too small for one piece between <s> and </s> "
+                             "(at least 3)")
+        if self.threads < 0:
+            raise ValueError(f"--threads {self.threads}: must be a positive number of threads (0: torch's default)")
 
     def loss_options(self) -> dict:
         """Keyword arguments of the model's training loss beyond the paper's."""
@@ -114,17 +125,96 @@ def new_loop_state() -> dict:
     return {"spent": 0.0, "updates": 0, "tokens": 0, "epoch": 0, "position": 0, "next_valid": 0.0}
 
 
-def save_checkpoint(path, model, optimizer, state: dict) -> None:
-    """Write the model, the optimizer and the loop state (see `new_loop_state`) to `path` atomically."""
+def rng_states(device: torch.device) -> dict:
+    """Every random-number state the training draws from: torch's CPU generator (dropout, masks, samples),
+    the device's CUDA generator, python's and numpy's global ones. The batch order needs none: it is drawn
+    from a generator seeded with the seed and the epoch (`_TrainingRun.train`), the position in it is in the
+    loop state."""
+    numpy_state = np.random.get_state()
+    states = {"torch": torch.get_rng_state(), "python": random.getstate(),
+              "numpy": [numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)), *numpy_state[2:]]}
+    if device.type == "cuda":
+        states["cuda"] = torch.cuda.get_rng_state(device)
+    return states
+
+
+def set_rng_states(states: dict, device: torch.device) -> None:
+    """Restore what `rng_states` saved."""
+    torch.set_rng_state(states["torch"].cpu())
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, *rest = states["numpy"]
+    np.random.set_state((name, keys.cpu().numpy().astype(np.uint32), *rest))
+    if device.type == "cuda" and "cuda" in states:
+        torch.cuda.set_rng_state(states["cuda"].cpu(), device)
+
+
+def run_identity(settings: "PretrainSettings", config: LMConfig, tokenizer: Tokenizer) -> dict:
+    """What a checkpoint must share with the run that resumes it: kind, model config, seed, tokenizer."""
+    return {"config": config.to_dict(), "seed": settings.seed, "tokenizer": tokenizer.digest()}
+
+
+def save_checkpoint(path, model, optimizer, state: dict, rng: dict | None = None, identity: dict | None = None) -> None:
+    """Write the model, the optimizer, the loop state (see `new_loop_state`), the random-number states
+    (`rng_states`) and the run's identity (`run_identity`) to `path` atomically."""
+    saved = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state}
+    if rng is not None:
+        saved["rng"] = rng
+    if identity is not None:
+        saved["identity"] = identity
     with atomic_open(path, "wb") as handle:
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state}, handle)
+        torch.save(saved, handle)
 
 
-def load_checkpoint(path, model, optimizer, device) -> dict:
-    """Restore the model and the optimizer saved by `save_checkpoint`; returns the loop state saved with them."""
-    saved = torch.load(path, map_location=device, weights_only=True)
-    model.load_state_dict(saved["model"])
-    optimizer.load_state_dict(saved["optimizer"])
+def read_checkpoint(path, device) -> dict:
+    """The checkpoint saved by `save_checkpoint` (weights only: no code runs); unreadable -> InputError."""
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError) as e:
+        raise InputError(f"{path}: cannot read the checkpoint: {e}") from None
+
+
+def check_identity(path, saved: dict, identity: dict) -> None:
+    """Refuse to resume the checkpoint `path` (as read, `saved`) in a run of another kind, model config,
+    seed or tokenizer; a checkpoint saved before identities were recorded is not checked here."""
+    theirs = saved.get("identity")
+    if not isinstance(theirs, dict):
+        return
+    old, new = theirs.get("config", {}), identity["config"]
+    if old.get("kind") != new["kind"]:
+        raise InputError(f"{path}: a checkpoint of kind {old.get('kind')}, this run's --kind is {new['kind']}; "
+                         f"resume it with --kind {old.get('kind')} or give another --out")
+    option = {"vocab_size": "the tokenizer's vocabulary"}
+    differences = [f"{k}={old.get(k)} (this run: {option.get(k, '--' + k.replace('_', '-'))} {new[k]})"
+                   for k in new if old.get(k) != new[k]]
+    if theirs.get("seed") != identity["seed"]:
+        differences.append(f"seed={theirs.get('seed')} (this run: --seed {identity['seed']})")
+    if differences:
+        raise InputError(f"{path}: a checkpoint of another {new['kind']}: " + ", ".join(differences) +
+                         "; resume it with its options or give another --out")
+    if theirs.get("tokenizer") != identity["tokenizer"]:
+        raise InputError(f"{path}: trained with another tokenizer (digest {theirs.get('tokenizer')}) than the "
+                         f"--data one ({identity['tokenizer']}); resume it with its data or give another --out")
+
+
+def load_checkpoint(path, model, optimizer, device, identity: dict | None = None) -> dict:
+    """Restore the model, the optimizer and the random-number states saved by `save_checkpoint`; returns the
+    loop state saved with them. With `identity` (`run_identity`), a checkpoint of another run is refused
+    (InputError) before anything is restored."""
+    saved = read_checkpoint(path, device)
+    if not isinstance(saved, dict) or not {"model", "optimizer", "state"} <= set(saved):
+        raise InputError(f"{path}: not a checkpoint of slm-pretrain")
+    if identity is not None:
+        check_identity(path, saved, identity)
+    try:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as e:
+        first = str(e).strip().splitlines()[-1].strip()
+        raise InputError(f"{path}: does not fit this run's {model.config.kind} ({first}); resume it with its "
+                         "options or give another --out") from None
+    if "rng" in saved:
+        set_rng_states(saved["rng"], torch.device(device))
     return saved["state"]
 
 
@@ -156,7 +246,8 @@ def pretrain(settings: PretrainSettings) -> dict:
     """Train `settings.kind` on `settings.data_dir`/{train,valid}.ids.xz for its budget into `settings.out_dir`,
     resuming from the checkpoint there if there is one; returns the card of the last validation."""
     settings.check()
-    return _TrainingRun(settings).train()
+    with exclusive_dir_lock(settings.out_dir, "slm-pretrain"):
+        return _TrainingRun(settings).train()
 
 
 class _TrainingRun:
@@ -172,12 +263,14 @@ class _TrainingRun:
         self.dtype = resolve_dtype(s.dtype, self.device)
         self.tokenizer = Tokenizer.from_dir(data_dir)
         self.word_table = torch.tensor(self.tokenizer.word_start_ids()) if s.whole_words else None
-        self.train_set, valid = load_corpus(data_dir / "train.ids.xz"), load_corpus(data_dir / "valid.ids.xz")
+        self.train_set = load_corpus(data_dir / "train.ids.xz", self.tokenizer)
+        valid = load_corpus(data_dir / "valid.ids.xz", self.tokenizer)
         self.valid_set = valid[:s.valid_sentences] if s.valid_sentences else valid
         self.model, self.optimizer = new_model_and_optimizer(s, self.tokenizer.vocab_size, self.device)
+        self.identity = run_identity(s, self.model.config, self.tokenizer)
         checkpoint = self.out_dir / CHECKPOINT_FILE
         if checkpoint.exists():
-            self.state = load_checkpoint(checkpoint, self.model, self.optimizer, self.device)
+            self.state = load_checkpoint(checkpoint, self.model, self.optimizer, self.device, self.identity)
         else:
             self.state = new_loop_state()
             if s.init:
@@ -247,7 +340,8 @@ class _TrainingRun:
         state["next_valid"] = state["spent"] + 60.0 * s.valid_every_minutes
         record_validation(self.card, state, valid_ce, self.optimizer.param_groups[0]["lr"])
         export(self.model, self.tokenizer, self.out_dir / "model", self.card, s.whole_words)
-        save_checkpoint(self.out_dir / CHECKPOINT_FILE, self.model, self.optimizer, state)
+        save_checkpoint(self.out_dir / CHECKPOINT_FILE, self.model, self.optimizer, state,
+                        rng_states(self.device), self.identity)
 
 
 def export(model, tokenizer: Tokenizer, directory, card: dict, whole_words: bool = False) -> None:
