@@ -4,6 +4,7 @@ load into `Scorer.from_pretrained`, and bad inputs fail with `InputError` naming
 Data: a slice of the shared Gutenberg text (one book), normalised LibriSpeech-style, with a small
 sentencepiece model trained on the fly. Training runs in-process on CPU with a tiny model.
 """
+import argparse
 import gzip
 import math
 import re
@@ -140,6 +141,64 @@ def test_register_refuses_a_name_espnet_uses_for_another_class(monkeypatch):
     monkeypatch.setitem(lm_choices.classes, "clm", TransformerLM)
     with pytest.raises(RuntimeError, match="--lm clm is already espnet2.lm.transformer_lm.TransformerLM"):
         register_kinds()
+
+
+ASR_SH_TOKENS = "<blank>\n<unk>\n\u2581A\n\u2581B\n<sos/eos>\n"  # asr.sh's layout: no <mask>
+
+
+def stock_args(token_list, lm="slm", model="slm_lm", **lm_conf) -> argparse.Namespace:
+    """What ESPnet's LMTask parser gives `build_model` (the parts it reads)."""
+    lm_conf = {"size": "tiny", **lm_conf} if lm in ("slm", "clm", "mlm", "bilm", "tta") else lm_conf
+    return argparse.Namespace(lm=lm, lm_conf=lm_conf, model=model, model_conf={}, token_list=token_list,
+                              init=None, config=None)
+
+
+@pytest.mark.parametrize("kind", ["slm", "mlm", "tta"])
+def test_stock_lm_task_refuses_a_mask_kind_without_mask_in_the_token_list(tmp_path, kind):
+    """ESPnet's own `LMTask.build_model` (as stock `lm_train` calls it) with asr.sh's token list: the kinds
+    that use <mask> fail with the fixes named, instead of taking the last piece as <mask>. A list with
+    <mask> before <sos/eos> (as config.yaml of an experiment trained by slm_lm.bin.lm_train) builds."""
+    from espnet2.tasks.lm import LMTask
+
+    from slm_lm.espnet_lm.registry import register_kinds
+
+    register_kinds()
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(ASR_SH_TOKENS)
+    message = (rf"--lm {kind} needs <mask> in its token list, but {tokens} has '\u2581B' at id 3.*"
+               r"python -m slm_lm.bin.lm_train.*it adds <mask> before <sos/eos>.*--token_list a list with <mask>")
+    with pytest.raises(InputError, match=message):
+        LMTask.build_model(stock_args(str(tokens), kind))
+    with pytest.raises(InputError, match=f"--lm {kind} needs <mask>"):
+        LMTask.build_model(stock_args(ASR_SH_TOKENS.split(), kind))
+    with_mask = ["<blank>", "<unk>", "\u2581A", "\u2581B", "<mask>", "<sos/eos>"]
+    model = LMTask.build_model(stock_args(with_mask, kind))
+    assert model.lm.model.config.mask_id == 4
+    assert LMTask.build_model(stock_args(with_mask, kind, mask_id=4)).lm.model.config.mask_id == 4
+    with pytest.raises(InputError, match=f"--lm {kind} needs <mask>.*has '\u2581A' at id 2"):
+        LMTask.build_model(stock_args(with_mask, kind, mask_id=2))
+
+
+def test_stock_lm_task_builds_other_kinds_and_our_task_adds_the_mask(tmp_path):
+    """The check leaves clm/bilm and ESPnet's own LMs as they were; SlmLMTask (slm_lm.bin.lm_train) still
+    inserts <mask> into asr.sh's list and builds; registering twice wraps once."""
+    from espnet2.tasks.lm import LMTask
+
+    from slm_lm.espnet_lm.registry import register_kinds
+    from slm_lm.espnet_lm.task import SlmLMTask
+
+    register_kinds()
+    register_kinds()
+    assert not getattr(LMTask.build_model.__func__.__wrapped__, "checks_mask_token", False)
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(ASR_SH_TOKENS)
+    for kind in ("clm", "bilm"):
+        assert LMTask.build_model(stock_args(str(tokens), kind)).lm.model.config.vocab_size == 5
+    espnet_lm = LMTask.build_model(stock_args(str(tokens), "seq_rnn", "lm", unit=8, nlayers=1))
+    assert type(espnet_lm.lm).__name__ == "SequentialRNNLM"
+    args = stock_args(str(tokens), "slm")
+    assert SlmLMTask.build_model(args).lm.model.config.mask_id == 4
+    assert args.token_list[-2:] == ["<mask>", "<sos/eos>"]
 
 
 def test_shipped_configs_parse_and_hold_paper_hyper_parameters(tmp_path):

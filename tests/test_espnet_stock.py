@@ -136,3 +136,34 @@ def test_stock_espnet_lm_stages_as_asr_sh_runs_them(installed, asr_exp, data, tm
         "--beam_size", "3", "--nbest", "3", cwd=tmp_path)
     ids = [line.split(maxsplit=1)[0] for line in (decode / "1best_recog" / "text").read_text().splitlines()]
     assert sorted(ids) == sorted(UTTERANCES)
+
+
+def test_stock_lm_train_refuses_a_mask_kind_on_asr_sh_token_list(installed, asr_exp, data, tmp_path):  # noqa: F811
+    """asr.sh's stage 7 (LM collect-stats) with an slm config and asr.sh's token list (no <mask>) fails at
+    model building, naming both fixes; the slm that `slm_lm.bin.lm_train` trained on that same list (its
+    config.yaml's token_list holds <mask>) loads in stock `lm_calc_perplexity`."""
+    token_list = asr_exp / "tokens.txt"
+    config = tmp_path / "train_lm_slm_tiny.yaml"
+    config.write_text((asr_exp / "tiny_slm.yaml").read_text())
+    text = asr_exp / "text"
+    (tmp_path / "shape").write_text(text.read_text())
+    env = {"PATH": f"{installed.parent}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": os.environ.get("HOME", "/tmp")}
+    result = subprocess.run(
+        [str(installed), "-m", "espnet2.bin.lm_train", "--collect_stats", "true", "--use_preprocessor", "true",
+         "--bpemodel", str(data["root"] / "tok" / "bpe.model"), "--token_type", "bpe", "--token_list", str(token_list),
+         "--train_data_path_and_name_and_type", f"{text},text,text",
+         "--valid_data_path_and_name_and_type", f"{text},text,text",
+         "--train_shape_file", str(tmp_path / "shape"), "--valid_shape_file", str(tmp_path / "shape"),
+         "--output_dir", str(tmp_path / "stats"), "--config", str(config)],
+        cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert f"--lm slm needs <mask> in its token list, but {token_list} has" in result.stderr, result.stderr[-3000:]
+    assert "python -m slm_lm.bin.lm_train" in result.stderr and not (tmp_path / "stats" / "train").exists()
+
+    lm_exp = asr_exp / "lm_slm"
+    assert yaml.safe_load((lm_exp / "config.yaml").read_text())["token_list"][-2] == "<mask>"
+    run(installed, "-m", "espnet2.bin.lm_calc_perplexity", "--ngpu", "0",
+        "--data_path_and_name_and_type", f"{text},text,text", "--train_config", str(lm_exp / "config.yaml"),
+        "--model_file", str(lm_exp / "valid.loss.ave.pth"), "--output_dir", str(tmp_path / "perplexity"),
+        cwd=tmp_path)
+    assert float((tmp_path / "perplexity" / "ppl").read_text()) > 1

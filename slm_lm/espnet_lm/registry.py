@@ -8,9 +8,19 @@ calls it first (`slm_lm.bin.lm_train`, `slm_lm.bin.lm_calc_perplexity`, `slm_lm.
 (`slm_lm_espnet_hook`, run through `slm_lm_espnet_hook.pth`) also calls it right after anything imports
 `espnet2.tasks.lm`, so ESPnet's own entry points (`python -m espnet2.bin.lm_train`, `lm_calc_perplexity`,
 `asr_inference`, as asr.sh runs them) and `Speech2Text` know the kinds. Importing slm_lm registers nothing.
-"""
-from espnet2.tasks.lm import lm_choices, model_choices
 
+ESPnet's `LMTask.build_model` builds an LM from the token list as it is, and asr.sh's list has no `<mask>`:
+registration therefore also wraps that classmethod so that the kinds that use `<mask>` (slm, mlm, tta)
+refuse a token list without it at the id the model would use (`checks.check_mask_token`), instead of
+silently taking the last real piece as `<mask>`. ESPnet's own kinds pass straight through.
+`SlmLMTask` (`python -m slm_lm.bin.lm_train`) adds `<mask>` before building, so it passes the check,
+and so do experiments it trained (their config.yaml's token_list holds `<mask>`).
+"""
+import argparse
+
+from espnet2.tasks.lm import LMTask, lm_choices, model_choices
+
+from slm_lm.espnet_lm.checks import check_mask_token, config_source
 from slm_lm.espnet_lm.espnet_model import SlmESPnetLanguageModel
 from slm_lm.espnet_lm.lm import LM_CLASSES
 
@@ -20,7 +30,8 @@ MODEL_NAME = "slm_lm"
 def register_kinds() -> None:
     """Add the slm_lm kinds to ESPnet's `--lm` choices and `SlmESPnetLanguageModel` as `--model slm_lm`.
 
-    Idempotent. A name ESPnet already uses for another class raises `RuntimeError` (no silent override).
+    Also wraps `LMTask.build_model` with the `<mask>` check (`check_build_model`). Idempotent. A name
+    ESPnet already uses for another class raises `RuntimeError` (no silent override).
     """
     for table, entries in ((lm_choices, LM_CLASSES), (model_choices, {MODEL_NAME: SlmESPnetLanguageModel})):
         for name, cls in entries.items():
@@ -28,3 +39,21 @@ def register_kinds() -> None:
             if present is not cls:
                 raise RuntimeError(f"ESPnet's --{table.name} {name} is already {present.__module__}."
                                    f"{present.__qualname__}; cannot register slm_lm's {cls.__qualname__}")
+    build_model = LMTask.__dict__["build_model"].__func__
+    if not getattr(build_model, "checks_mask_token", False):
+        LMTask.build_model = classmethod(check_build_model(build_model))
+
+
+def check_build_model(build_model):
+    """ESPnet's `LMTask.build_model` preceded by `check_mask_token` for the slm_lm kinds."""
+
+    def checked_build_model(cls, args: argparse.Namespace):
+        if getattr(args, "lm", None) in LM_CLASSES:
+            check_mask_token(args.lm, args.token_list, getattr(args, "lm_conf", None), config_source(args))
+        return build_model(cls, args)
+
+    checked_build_model.checks_mask_token = True
+    checked_build_model.__wrapped__ = build_model
+    checked_build_model.__doc__ = build_model.__doc__
+    checked_build_model.__qualname__ = build_model.__qualname__
+    return checked_build_model
