@@ -220,3 +220,102 @@ def test_a_multi_line_parser_message_is_one_line(tmp_path):
     result = cli("score", "--model", exp, "--input", tmp_path / "in.txt")
     expect_error(result, "slm-score", f"{exp / 'config.yaml'}: cannot read the ESPnet config", "line 1, column 5")
     assert snapshot(tmp_path) == before
+
+
+# slm-rescore: --out holds only what it wrote; the user's entries are never moved, replaced or deleted
+
+NBEST_HYPS = {"u1": [("AND GOD SAW THE LIGHT", -1.0), ("AND GOD SAW THE NIGHT", -1.5)],
+              "u2": [("THE EARTH WAS VOID", -2.0), ("THE EARTH WAS WITHOUT FORM AND VOID", -2.1)]}
+NBEST_REFS = {"u1": "AND GOD SAW THE LIGHT", "u2": "THE EARTH WAS WITHOUT FORM AND VOID"}
+
+
+def nbest_tsv(folder, name="devset"):
+    """An N-best TSV `<folder>/<name>.tsv` and its reference `<folder>/<name>.ref`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tsv, ref = folder / f"{name}.tsv", folder / f"{name}.ref"
+    tsv.write_text("".join(f"{u}\t{r}\t{s}\t{t}\n" for u, h in NBEST_HYPS.items() for r, (t, s) in enumerate(h, 1)))
+    ref.write_text("".join(f"{u} {t}\n" for u, t in NBEST_REFS.items()))
+    return tsv, ref
+
+
+def rescore_argv(tsv, ref, out, *extra):
+    return ["--dev", tsv, "--dev-ref", ref, "--lm", "slm-books", "--out", out, "--lambda-range", "0:1:0.5",
+            "--no-progress", *extra]
+
+
+FAILING_RENAME = """
+import os, sys
+from pathlib import Path
+from slm_lm.bin import rescore
+real, failed = os.rename, []
+def rename(src, dst, *args, **kwargs):  # moving a user's note, or the first move of a new tuning.json, fails
+    src, dst = Path(src), Path(dst)
+    if src.name == "b_note.txt" or (dst.name == "tuning.json" and dst.parent == Path(sys.argv[1]) and not failed):
+        failed.append(src)
+        raise PermissionError(13, "Permission denied", str(src))
+    return real(src, dst, *args, **kwargs)
+os.rename = rename
+rescore.main(sys.argv[2:])
+"""
+
+
+def test_rescore_failing_to_replace_an_earlier_run_restores_out_and_never_touches_the_users_files(tmp_path):
+    tsv, ref = nbest_tsv(tmp_path / "in")
+    out = tmp_path / "out"
+    assert cli("rescore", *rescore_argv(tsv, ref, out)).returncode == 0
+    (out / "a_note.txt").write_text("mine 1")
+    (out / "b_note.txt").write_text("mine 2")
+    (out / "sub").mkdir()
+    (out / "sub" / "c.txt").write_text("mine 3")
+    before = snapshot(out)
+    result = run(sys.executable, "-c", FAILING_RENAME, out.resolve(), *rescore_argv(tsv, ref, out.resolve(), "--beta-range", "0,1"))
+    expect_error(result, "slm-rescore", f"--out {out.resolve()}: cannot write the outputs", "as it was")
+    assert snapshot(out) == before  # notes kept, the earlier run's outputs back in place
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["a_note.txt", "b_note.txt", "sub", "devset", "lm_cache", "RESULTS.md", "dev_wer_vs_lambda.png", "tuning.json"])
+
+
+def test_rescore_refuses_an_out_holding_a_reference_file_or_the_cache(tmp_path):
+    tsv, _ = nbest_tsv(tmp_path / "nb", "dev_clean")
+    refs2 = tmp_path / "refs2"
+    refs2.mkdir()
+    ref = refs2 / "dev_clean"
+    ref.write_text("".join(f"{u} {t}\n" for u, t in NBEST_REFS.items()))
+    before = snapshot(tmp_path)
+    result = cli("rescore", *rescore_argv(tsv, ref, refs2))
+    expect_error(result, "slm-rescore", f"--out {refs2} overlaps the input {ref}")
+    assert snapshot(tmp_path) == before and ref.is_file()
+    out = tmp_path / "out"
+    for cache, needle in ((out, "is the cache or inside it"), (tmp_path, "is the cache or inside it"),
+                          (out / "dev_clean" / "cache", "inside the output")):
+        result = cli("rescore", *rescore_argv(tsv, ref, out, "--cache", cache))
+        expect_error(result, "slm-rescore", f"--cache {cache}: ", needle)
+    assert snapshot(tmp_path) == before and not out.exists()
+
+
+def test_rescore_refuses_a_users_folder_named_like_a_set_or_an_output(tmp_path):
+    tsv, ref = nbest_tsv(tmp_path / "in")
+    out = tmp_path / "out"
+    (out / "devset").mkdir(parents=True)
+    (out / "devset" / "my_notes.txt").write_text("mine")
+    before = snapshot(tmp_path)
+    result = cli("rescore", *rescore_argv(tsv, ref, out))
+    expect_error(result, "slm-rescore", f"{out / 'devset'}: not written by slm-rescore")
+    assert snapshot(tmp_path) == before
+    (out / "devset" / "my_notes.txt").unlink()
+    (out / "devset").rmdir()
+    (out / "RESULTS.md").write_text("my results")
+    result = cli("rescore", *rescore_argv(tsv, ref, out))
+    expect_error(result, "slm-rescore", f"{out / 'RESULTS.md'}: not written by slm-rescore")
+    assert (out / "RESULTS.md").read_text() == "my results"
+
+
+@pytest.mark.parametrize("where,needle", [("afile", "is a file, not a directory"),
+                                          ("afile/x/y", "a file, not a directory")])
+def test_rescore_out_that_is_a_file_or_under_one(tmp_path, where, needle):
+    tsv, ref = nbest_tsv(tmp_path / "in")
+    (tmp_path / "afile").write_text("my notes\n")
+    before = snapshot(tmp_path)
+    result = cli("rescore", *rescore_argv(tsv, ref, tmp_path / where))
+    expect_error(result, "slm-rescore", f"--out {tmp_path / where}: ", needle)
+    assert snapshot(tmp_path) == before
