@@ -319,3 +319,61 @@ def test_rescore_out_that_is_a_file_or_under_one(tmp_path, where, needle):
     result = cli("rescore", *rescore_argv(tsv, ref, tmp_path / where))
     expect_error(result, "slm-rescore", f"--out {tmp_path / where}: ", needle)
     assert snapshot(tmp_path) == before
+
+
+# Recipe helpers: score_wer.py and make_results.py never replace an input
+
+RECIPE_LOCAL = ROOT / "egs" / "librispeech_slm" / "local"
+
+
+def test_score_wer_refuses_one_directory_for_reference_and_hypotheses(tmp_path):
+    d = tmp_path / "dev_clean"
+    (d / "1best_recog").mkdir(parents=True)
+    (d / "text").write_text("u1 AND GOD SAW THE LIGHT\n")
+    (d / "1best_recog" / "text").write_text("u1 AND GOD SAW THE NIGHT\n")
+    before = snapshot(tmp_path)
+    result = run(sys.executable, RECIPE_LOCAL / "score_wer.py", "--data", d, d, cwd=RECIPE_LOCAL)
+    expect_error(result, "score_wer.py", f"{d / 'text'}: would replace the input {d / 'text'}")
+    assert snapshot(tmp_path) == before
+
+
+def decoded_set(tmp_path):
+    """data/dev_clean/text and decode/dev_clean/1best_recog/ of one utterance."""
+    data = tmp_path / "data" / "dev_clean"
+    data.mkdir(parents=True)
+    (data / "text").write_text("u1 AND GOD SAW THE LIGHT\n")
+    nb = tmp_path / "decode" / "dev_clean" / "1best_recog"
+    nb.mkdir(parents=True)
+    for name, value in (("text", "AND GOD SAW THE LIGHT"), ("score", "-1.0"),
+                        ("scores", json.dumps({"decoder": -1.0, "ctc": -1.0}))):
+        (nb / name).write_text(f"u1 {value}\n")
+    return ["--decode-dir", tmp_path / "decode", "--data", tmp_path / "data", "--sets", "dev_clean", "--nbest", "1"]
+
+
+@pytest.mark.parametrize("out,needle", [("data/dev_clean/text", "would replace or sit inside the input"),
+                                        ("decode/dev_clean/RESULTS.md", "would replace or sit inside the input"),
+                                        ("data", "is a directory, not a file")])
+def test_make_results_refuses_an_out_that_replaces_an_input(tmp_path, out, needle):
+    argv = decoded_set(tmp_path)
+    before = snapshot(tmp_path)
+    result = run(sys.executable, RECIPE_LOCAL / "make_results.py", *argv, "--out", tmp_path / out, cwd=RECIPE_LOCAL)
+    expect_error(result, "make_results.py", f"--out {tmp_path / out}: {needle}")
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("tuning,needle", [(None, "missing"), ("{bad", "not a tuning.json"),
+                                           ("{}", "not a tuning.json")])
+def test_make_results_rescored_dir_without_a_tuning_json(tmp_path, tuning, needle):
+    argv = decoded_set(tmp_path)
+    rdir = tmp_path / "resc"
+    (rdir / "dev_clean" / "1best_recog").mkdir(parents=True)
+    (rdir / "dev_clean" / "1best_recog" / "text").write_text("u1 AND GOD SAW THE LIGHT\n")
+    if tuning is not None:
+        (rdir / "tuning.json").write_text(tuning)
+    result = run(sys.executable, RECIPE_LOCAL / "make_results.py", *argv, "--rescored", f"x={rdir}",
+                 "--out", tmp_path / "RESULTS.md", cwd=RECIPE_LOCAL)
+    expect_error(result, "make_results.py", f"{rdir / 'tuning.json'}: {needle}")
+    assert not (tmp_path / "RESULTS.md").exists()
+    result = run(sys.executable, RECIPE_LOCAL / "make_results.py", *argv, "--rescored", str(rdir),
+                 "--out", tmp_path / "RESULTS.md", cwd=RECIPE_LOCAL)
+    expect_error(result, "make_results.py", f"--rescored {str(rdir)!r}: want NAME=DIR")
