@@ -377,3 +377,25 @@ def test_make_results_rescored_dir_without_a_tuning_json(tmp_path, tuning, needl
     result = run(sys.executable, RECIPE_LOCAL / "make_results.py", *argv, "--rescored", str(rdir),
                  "--out", tmp_path / "RESULTS.md", cwd=RECIPE_LOCAL)
     expect_error(result, "make_results.py", f"--rescored {str(rdir)!r}: want NAME=DIR")
+
+
+# slm-rescore: weights and grids are finite numbers, grids have at most 100,000 values
+
+@pytest.mark.parametrize("option,value,needle", [
+    ("--am-weights", "decoder=nan,ctc=0.3", "'decoder=nan': the weight is not a finite number"),
+    ("--am-weights", "decoder=inf", "'decoder=inf': the weight is not a finite number"),
+    ("--lambda-range", "nan", "'nan' holds a value that is not a finite number"),
+    ("--lambda-range", "0,inf", "'0,inf' holds a value that is not a finite number"),
+    ("--lambda-range", "0:inf:1", "'0:inf:1' holds a value that is not a finite number"),
+    ("--lambda-range", "0:1e300:1e-300", "'0:1e300:1e-300' gives too many values, above the ceiling of 100,000"),
+    ("--lambda-range", "0:10:0.00001", "'0:10:0.00001' gives 1,000,001 values, above the ceiling of 100,000"),
+    ("--beta-range", "nan", "'nan' holds a value that is not a finite number"),
+    ("--beta-range", "0:1:nan", "'0:1:nan' holds a value that is not a finite number"),
+    ("--ln-alpha-range", "0,-inf", "'0,-inf' holds a value that is not a finite number"),
+])
+def test_rescore_refuses_non_finite_weights_and_huge_grids(tmp_path, option, value, needle):
+    tsv, ref = nbest_tsv(tmp_path / "in")
+    before = snapshot(tmp_path)
+    result = cli("rescore", *rescore_argv(tsv, ref, tmp_path / "out", f"{option}={value}"))
+    expect_error(result, "slm-rescore", f"{option}: {needle}")
+    assert snapshot(tmp_path) == before and not (tmp_path / "out").exists()
