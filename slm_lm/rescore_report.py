@@ -115,8 +115,22 @@ def results_markdown(
     return "\n".join(lines) + "\n"
 
 
+PLOT_POINTS = 201
+
+
+def plot_lambdas(lambda_grid, chosen: float, points: int = PLOT_POINTS) -> list[float]:
+    """The lambdas the dev WER curve is drawn at: the grid, or on a finer grid ``points`` of its values,
+    evenly spaced, with its ends and the chosen lambda (the plot's work stays small whatever the grid)."""
+    grid = sorted(lambda_grid)
+    if len(grid) <= points:
+        return grid
+    picked = {grid[int(i)] for i in np.linspace(0, len(grid) - 1, points).round()}
+    return sorted(picked | {chosen})
+
+
 def plot_dev_wer(path: str | Path, dev_sets: list[ScoredSet], result: TuneResult, lambda_grid) -> None:
-    """PNG of dev WER against the first LM's lambda (other weights at their chosen values).
+    """PNG of dev WER against the first LM's lambda (other weights at their chosen values), at most
+    :data:`PLOT_POINTS` lambdas of ``lambda_grid`` (:func:`plot_lambdas`).
 
     Dashed lines: WER of each dev set's own 1-best (the file's rank 1) for reference.
     """
@@ -126,7 +140,8 @@ def plot_dev_wer(path: str | Path, dev_sets: list[ScoredSet], result: TuneResult
     import matplotlib.pyplot as plt
 
     rest, beta = result.best.lambdas[1:], result.best.beta
-    curves = grid_errors(dev_sets, [lambda_grid] + [[w] for w in rest], [beta])
+    curves = grid_errors(dev_sets, [plot_lambdas(lambda_grid, result.best.lambdas[0])] + [[w] for w in rest],
+                         [beta])
     xs = [w.lambdas[0] for w, _ in curves]
     fig, ax = plt.subplots(figsize=(6, 4))
     for i, s in enumerate(dev_sets):

@@ -72,8 +72,12 @@ class TuneResult:
     search: dict = field(default_factory=dict)
 
 
+CHUNK_ELEMENTS = 1 << 20  # scores per vectorised block of grid_errors (8 MiB of float64)
+
+
 def grid_errors(sets: list[ScoredSet], lambda_grids, beta_grid) -> list[tuple[Weights, list[int]]]:
-    """Errors per set for every grid point (vectorised over the first LM's lambdas)."""
+    """Errors per set for every grid point (vectorised over blocks of the first LM's lambdas, each block
+    at most :data:`CHUNK_ELEMENTS` scores, so memory does not grow with the grid)."""
     first = np.asarray(lambda_grids[0], dtype=float)
     out = []
     for beta in beta_grid:
@@ -83,9 +87,13 @@ def grid_errors(sets: list[ScoredSet], lambda_grids, beta_grid) -> list[tuple[We
                 base = s.am + beta * s.n_words
                 for weight, lm in zip(rest, s.lm[1:]):
                     base = base + weight * lm
-                totals = base[None] + first[:, None, None] * s.lm[0][None]
-                chosen = np.argmax(totals, axis=2)  # [G, U]
-                per_set.append(np.take_along_axis(s.errors[None], chosen[..., None], 2)[..., 0].sum(1))
+                block = max(1, CHUNK_ELEMENTS // max(1, base.size))
+                errors = []
+                for lo in range(0, len(first), block):
+                    totals = base[None] + first[lo : lo + block, None, None] * s.lm[0][None]
+                    chosen = np.argmax(totals, axis=2)  # [g, U]
+                    errors.append(np.take_along_axis(s.errors[None], chosen[..., None], 2)[..., 0].sum(1))
+                per_set.append(np.concatenate(errors) if errors else np.zeros(0, dtype=np.int64))
             for g, weight in enumerate(first):
                 out.append((Weights((float(weight),) + tuple(rest), float(beta)), [int(e[g]) for e in per_set]))
     return out
