@@ -21,8 +21,10 @@ from slm_lm.rescore_report import (
     write_outputs,
 )
 from slm_lm.score_cache import LocatedScorer, lm_scores
-from slm_lm.scored_set import ScoreColumn, build_scored_set, parse_am_weights  # noqa: F401 (re-exported)
+from slm_lm.scored_set import ScoreColumn, build_scored_set, parse_am_weights
 from slm_lm.weight_search import MAX_GRID_POINTS, TuneResult, length_norm_grids, parse_range, tune
+
+__all__ = ["parse_am_weights", "parse_range", "rescore"]  # the option parsers, for callers of rescore()
 
 
 def rescore(

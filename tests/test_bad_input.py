@@ -268,7 +268,8 @@ def test_rescore_failing_to_replace_an_earlier_run_restores_out_and_never_touche
     (out / "sub").mkdir()
     (out / "sub" / "c.txt").write_text("mine 3")
     before = snapshot(out)
-    result = run(sys.executable, "-c", FAILING_RENAME, out.resolve(), *rescore_argv(tsv, ref, out.resolve(), "--beta-range", "0,1"))
+    argv = rescore_argv(tsv, ref, out.resolve(), "--beta-range", "0,1")
+    result = run(sys.executable, "-c", FAILING_RENAME, out.resolve(), *argv)
     expect_error(result, "slm-rescore", f"--out {out.resolve()}: cannot write the outputs", "as it was")
     assert snapshot(out) == before  # notes kept, the earlier run's outputs back in place
     assert sorted(p.name for p in out.iterdir()) == sorted(
