@@ -11,11 +11,18 @@ nothing: sum_j lambda_j * b_j * n_words is one bonus, so the single beta serves 
 from pathlib import Path
 
 from slm_lm.nbest import NbestSet
-from slm_lm.rescore_report import SetReport, check_no_overlap, check_set_names, set_report, write_outputs
+from slm_lm.rescore_report import (
+    SetReport,
+    check_cache,
+    check_no_overlap,
+    check_out_dir,
+    check_set_names,
+    set_report,
+    write_outputs,
+)
 from slm_lm.score_cache import LocatedScorer, lm_scores
 from slm_lm.scored_set import ScoreColumn, build_scored_set
 from slm_lm.weight_search import MAX_GRID_POINTS, TuneResult, length_norm_grids, parse_range, tune
-
 
 def rescore(
     dev: list[NbestSet],
@@ -32,6 +39,7 @@ def rescore(
     alpha_grid: list[float] | None = None,
     search: str = "auto",
     max_grid_points: int = MAX_GRID_POINTS,
+    inputs: list = (),
 ) -> tuple[TuneResult, list[SetReport]]:
     """Tune the weights on ``dev``, apply them to ``dev`` and ``test``, write all outputs to ``out_dir``.
 
@@ -39,10 +47,14 @@ def rescore(
     each model and cached in ``cache_dir`` (:mod:`slm_lm.score_cache`). ``length_norm``: one kind per
     LM (default none); normalised LMs tune their alpha on ``alpha_grid`` (default 0:1:0.1). ``search``
     and ``max_grid_points``: see :func:`slm_lm.weight_search.tune`. Writes the outputs with
-    :func:`slm_lm.rescore_report.write_outputs`; ``out_dir`` must not overlap any input.
+    :func:`slm_lm.rescore_report.write_outputs`; ``out_dir`` must not overlap any input: the sets'
+    sources and ``inputs`` (other files read: reference files, models), nor the cache.
     """
-    check_set_names([s.name for s in dev + test])
-    check_no_overlap(out_dir, [s.source for s in dev + test])
+    names = [s.name for s in dev + test]
+    check_set_names(names)
+    check_no_overlap(out_dir, [s.source for s in dev + test] + [str(p) for p in inputs])
+    check_cache(out_dir, cache_dir, names)
+    check_out_dir(out_dir, names)
     lambda_grid = lambda_grid if lambda_grid is not None else parse_range("0:5:0.1")
     beta_grid = beta_grid if beta_grid is not None else [0.0]
     where = {}

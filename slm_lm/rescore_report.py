@@ -1,9 +1,10 @@
 """The outputs of N-best rescoring: each set's WERs (AM-only, the file's 1-best, rescored, oracle), the
 rescored 1-best lists, RESULTS.md, the dev WER plot and tuning.json, and the output directory they go to
-(never overlapping an input, replaced as a whole).
+(never overlapping an input; only an earlier run's outputs there are replaced).
 """
 
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from slm_lm.errors import InputError
-from slm_lm.fileio import replace_dir, save_png, write_atomic
+from slm_lm.fileio import save_png, write_atomic
 from slm_lm.scored_set import ScoredSet
 from slm_lm.weight_search import DEFAULT_ALPHA_GRID, TuneResult, Weights, grid_errors
 from slm_lm.wer import wer_percent
@@ -114,8 +115,22 @@ def results_markdown(
     return "\n".join(lines) + "\n"
 
 
+PLOT_POINTS = 201
+
+
+def plot_lambdas(lambda_grid, chosen: float, points: int = PLOT_POINTS) -> list[float]:
+    """The lambdas the dev WER curve is drawn at: the grid, or on a finer grid ``points`` of its values,
+    evenly spaced, with its ends and the chosen lambda (the plot's work stays small whatever the grid)."""
+    grid = sorted(lambda_grid)
+    if len(grid) <= points:
+        return grid
+    picked = {grid[int(i)] for i in np.linspace(0, len(grid) - 1, points).round()}
+    return sorted(picked | {chosen})
+
+
 def plot_dev_wer(path: str | Path, dev_sets: list[ScoredSet], result: TuneResult, lambda_grid) -> None:
-    """PNG of dev WER against the first LM's lambda (other weights at their chosen values).
+    """PNG of dev WER against the first LM's lambda (other weights at their chosen values), at most
+    :data:`PLOT_POINTS` lambdas of ``lambda_grid`` (:func:`plot_lambdas`).
 
     Dashed lines: WER of each dev set's own 1-best (the file's rank 1) for reference.
     """
@@ -125,7 +140,8 @@ def plot_dev_wer(path: str | Path, dev_sets: list[ScoredSet], result: TuneResult
     import matplotlib.pyplot as plt
 
     rest, beta = result.best.lambdas[1:], result.best.beta
-    curves = grid_errors(dev_sets, [lambda_grid] + [[w] for w in rest], [beta])
+    curves = grid_errors(dev_sets, [plot_lambdas(lambda_grid, result.best.lambdas[0])] + [[w] for w in rest],
+                         [beta])
     xs = [w.lambdas[0] for w, _ in curves]
     fig, ax = plt.subplots(figsize=(6, 4))
     for i, s in enumerate(dev_sets):
@@ -160,16 +176,20 @@ def _describe_search(info: dict) -> str:
 
 
 OUTPUT_FILES = ("RESULTS.md", "dev_wer_vs_lambda.png", "tuning.json")
+CACHE_DIR = "lm_cache"  # the default score cache, OUT/lm_cache: written in place, never replaced
 _SAFE_NAME = re.compile(r"(?!\.\.?$)[A-Za-z0-9._-]+")
 
 
 def check_set_names(names: list[str]) -> None:
-    """InputError unless the set names are unique and safe directory names (each set gets OUT/<name>/)."""
+    """InputError unless the set names are unique and safe directory names (each set gets OUT/<name>/)
+    that are not the name of another output."""
     if len(set(names)) != len(names):
         raise InputError(f"set names must be unique, got {names}")
     for name in names:
         if not _SAFE_NAME.fullmatch(name):
             raise InputError(f"set name {name!r} is not a safe directory name (letters, digits, '.', '_', '-')")
+        if name in OUTPUT_FILES or name == CACHE_DIR or name.startswith(".slm-rescore."):
+            raise InputError(f"set name {name!r} is the name of another output in --out; rename the input")
 
 
 def check_no_overlap(out_dir: str | Path, inputs: list[str]) -> None:
@@ -182,14 +202,62 @@ def check_no_overlap(out_dir: str | Path, inputs: list[str]) -> None:
                              "inside an input, or contain one; choose another output directory")
 
 
-def _previous_outputs(out_dir: Path) -> set[str]:
-    """Names of the outputs of an earlier run in ``out_dir`` (replaced as a whole by this run)."""
-    names = set(OUTPUT_FILES)
+def check_cache(out_dir: str | Path, cache_dir: str | Path | None, set_names=()) -> None:
+    """InputError unless the score cache ``cache_dir`` (read and written in place) is outside ``out_dir``,
+    or inside it where no output of this run goes (e.g. the default OUT/lm_cache)."""
+    if cache_dir is None:
+        return
+    out, cache = Path(out_dir).resolve(), Path(cache_dir).resolve()
+    if cache == out or cache in out.parents:
+        raise InputError(f"--cache {cache_dir}: --out {out_dir} is the cache or inside it; choose another "
+                         "output directory")
+    if out in cache.parents and cache.relative_to(out).parts[0] in set(OUTPUT_FILES) | set(set_names):
+        raise InputError(f"--cache {cache_dir}: inside the output {out / cache.relative_to(out).parts[0]} "
+                         "that this run replaces; choose another cache directory")
+
+
+def _previous_outputs(out_dir: Path) -> set[str] | None:
+    """Names of the outputs of an earlier run in ``out_dir`` (its files and the sets its tuning.json
+    lists); None when ``out_dir`` holds no tuning.json of slm-rescore."""
     try:
-        names |= {s["name"] for s in json.loads((out_dir / "tuning.json").read_text(encoding="utf-8"))["sets"]}
+        record = json.loads((out_dir / "tuning.json").read_text(encoding="utf-8"))
+        names = {s["name"] for s in record["sets"]}
+        if not isinstance(record.get("grid"), list) or "best" not in record:
+            raise ValueError
     except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return names
+        return None
+    return set(OUTPUT_FILES) | {n for n in names if isinstance(n, str) and _SAFE_NAME.fullmatch(n)}
+
+
+def check_out_dir(out_dir: str | Path, set_names) -> set[str]:
+    """The entries of ``out_dir`` an earlier slm-rescore run wrote (this run may replace them). InputError
+    when ``out_dir`` is a file or under one, cannot be written, or holds an entry of a name this run
+    writes that slm-rescore did not write (no command replaces what it did not create)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: is a file, not a directory")
+    existing = out
+    for parent in out.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"--out {out}: is under {parent}, a file, not a directory")
+            if not out.is_dir():
+                existing = parent
+            break
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"--out {out}: cannot write in {existing} (permission denied)")
+    if not out.is_dir():
+        return set()
+    own = _previous_outputs(out)
+    if own is None and os.path.lexists(out / "tuning.json"):
+        raise InputError(f"{out / 'tuning.json'}: not a tuning.json of slm-rescore, and this run would replace "
+                         "it; move it away or choose another --out")
+    own = own or set()
+    for name in (*OUTPUT_FILES, *set_names):
+        if name not in own and os.path.lexists(out / name):
+            raise InputError(f"{out / name}: not written by slm-rescore (no earlier run in {out} lists it), and "
+                             "this run would replace it; move it away or choose another --out")
+    return own
 
 
 def _write_files(out_dir, dev_m, test_m, result, reports, lm_names, am_weights, settings, *, kinds,
@@ -224,18 +292,59 @@ def _write_files(out_dir, dev_m, test_m, result, reports, lm_names, am_weights, 
     write_atomic(out_dir / "tuning.json", json.dumps(record, indent=1))
 
 
+def _install(staging: Path, out: Path, own: set[str]) -> None:
+    """Move every entry of ``staging`` into ``out``; the entries of an earlier run (``own``) are replaced,
+    or removed when this run has none of that name. Nothing else in ``out`` is moved or deleted. On any
+    failure every entry moved is moved back, so ``out`` is as it was."""
+    old = Path(tempfile.mkdtemp(dir=out, prefix=".slm-rescore.", suffix=".old"))
+    new_names = sorted(e.name for e in staging.iterdir())
+    moved_old, moved_new = [], []
+    try:
+        for name in sorted(own | set(new_names)):
+            if name in own and os.path.lexists(out / name):
+                os.rename(out / name, old / name)
+                moved_old.append(name)
+        for name in new_names:
+            if os.path.lexists(out / name):  # appeared since the check: never replace it
+                raise InputError(f"{out / name}: appeared while slm-rescore was writing; not replaced")
+            os.rename(staging / name, out / name)
+            moved_new.append(name)
+    except BaseException:
+        for src, dst, names in ((out, staging, moved_new), (old, out, moved_old)):
+            for name in reversed(names):
+                try:
+                    os.rename(src / name, dst / name)
+                except OSError:
+                    pass
+        if any(old.iterdir()):
+            raise InputError(f"--out {out}: replacing the earlier outputs failed and some could not be put back: "
+                             f"they are in {old}") from None
+        old.rmdir()
+        raise
+    shutil.rmtree(old)
+
+
 def write_outputs(out_dir: str | Path, dev_m, test_m, result, reports, lm_names, am_weights, settings, *, kinds,
                   lambda_grid, beta_grid, alpha_grid, alpha_grids) -> None:
     """Write ``<out>/<set>/1best_recog/``, ``RESULTS.md``, ``dev_wer_vs_lambda.png`` and ``tuning.json``:
-    into a temporary directory first, which then replaces ``out_dir`` together with the outputs of an
-    earlier run there (see :func:`slm_lm.fileio.replace_dir`); on any failure ``out_dir`` is untouched."""
+    into a temporary directory in ``out_dir`` first, whose entries then replace those of an earlier run
+    there (:func:`_install`). Other entries of ``out_dir`` (the user's, ``lm_cache``) are never moved or
+    deleted; an entry of an output's name that slm-rescore did not write is refused
+    (:func:`check_out_dir`); on any failure ``out_dir`` is as it was."""
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
+    own = check_out_dir(out_dir, [s.name for s in dev_m + test_m])
+    created = not out_dir.exists()
+    staging = None
     try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=".slm-rescore.", suffix=".tmp"))
         _write_files(staging, dev_m, test_m, result, reports, lm_names, am_weights, settings, kinds=kinds,
                      lambda_grid=lambda_grid, beta_grid=beta_grid, alpha_grid=alpha_grid, alpha_grids=alpha_grids)
-        replace_dir(staging, out_dir, stale=_previous_outputs(out_dir) | {s.name for s in dev_m + test_m})
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        _install(staging, out_dir, own)
+    except OSError as err:
+        raise InputError(f"--out {out_dir}: cannot write the outputs ({err}); it is as it was") from None
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if created and out_dir.is_dir() and not any(out_dir.iterdir()):
+            out_dir.rmdir()

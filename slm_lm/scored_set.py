@@ -11,6 +11,7 @@ the first-pass LM). lp_j = 1 unless LM j is length-normalised as mlm-scoring doe
 rank.
 """
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -31,6 +32,8 @@ def parse_am_weights(spec: str) -> dict[str, float]:
             weights[name.strip()] = float(value)
         except ValueError:
             raise InputError(f"--am-weights: cannot parse {item!r} (want name=weight,...)") from None
+        if not math.isfinite(weights[name.strip()]):
+            raise InputError(f"--am-weights: {item!r}: the weight is not a finite number (nan or inf)")
     return weights
 
 

@@ -17,22 +17,38 @@ from slm_lm.scored_set import LENGTH_NORMS, ScoredSet
 from slm_lm.wer import wer_percent
 
 
+MAX_RANGE_POINTS = 100_000
+
+
 def parse_range(spec: str, option: str = "range") -> list[float]:
-    """Parse ``start:stop:step`` (inclusive) or a single value or ``a,b,c`` into a list of floats."""
+    """Parse ``start:stop:step`` (inclusive) or a single value or ``a,b,c`` into a list of finite floats, at
+    most :data:`MAX_RANGE_POINTS` of them."""
     try:
         if ":" in spec:
             start, stop, step = (float(x) for x in spec.split(":"))
-            if step <= 0 or stop < start:
-                raise ValueError
-            count = int(round((stop - start) / step)) + 1
-            if count > 100_000:
-                raise ValueError
-            return [round(start + i * step, 10) for i in range(count) if start + i * step <= stop + 1e-9]
-        return [float(x) for x in spec.split(",")]
+            values = [start, stop, step]
+        else:
+            values = [float(x) for x in spec.split(",")]
     except ValueError:
         raise InputError(
             f"{option}: cannot parse {spec!r} (want start:stop:step with step > 0, or values a,b,c)"
         ) from None
+    if not all(math.isfinite(x) for x in values):
+        raise InputError(f"{option}: {spec!r} holds a value that is not a finite number (nan or inf)")
+    if ":" not in spec:
+        count = len(values)
+    elif step <= 0 or stop < start:
+        raise InputError(f"{option}: cannot parse {spec!r} (want start:stop:step with step > 0 and stop >= start)")
+    else:
+        count = (stop - start) / step + 1
+    if not math.isfinite(count) or count > MAX_RANGE_POINTS:
+        many = f"{count:,.0f}" if math.isfinite(count) else "too many"
+        raise InputError(f"{option}: {spec!r} gives {many} values, above the ceiling of {MAX_RANGE_POINTS:,}; "
+                         "use a coarser step or a shorter range")
+    if ":" not in spec:
+        return values
+    count = int(round((stop - start) / step)) + 1
+    return [round(start + i * step, 10) for i in range(count) if start + i * step <= stop + 1e-9]
 
 
 @dataclass
@@ -56,8 +72,12 @@ class TuneResult:
     search: dict = field(default_factory=dict)
 
 
+CHUNK_ELEMENTS = 1 << 20  # scores per vectorised block of grid_errors (8 MiB of float64)
+
+
 def grid_errors(sets: list[ScoredSet], lambda_grids, beta_grid) -> list[tuple[Weights, list[int]]]:
-    """Errors per set for every grid point (vectorised over the first LM's lambdas)."""
+    """Errors per set for every grid point (vectorised over blocks of the first LM's lambdas, each block
+    at most :data:`CHUNK_ELEMENTS` scores, so memory does not grow with the grid)."""
     first = np.asarray(lambda_grids[0], dtype=float)
     out = []
     for beta in beta_grid:
@@ -67,9 +87,13 @@ def grid_errors(sets: list[ScoredSet], lambda_grids, beta_grid) -> list[tuple[We
                 base = s.am + beta * s.n_words
                 for weight, lm in zip(rest, s.lm[1:]):
                     base = base + weight * lm
-                totals = base[None] + first[:, None, None] * s.lm[0][None]
-                chosen = np.argmax(totals, axis=2)  # [G, U]
-                per_set.append(np.take_along_axis(s.errors[None], chosen[..., None], 2)[..., 0].sum(1))
+                block = max(1, CHUNK_ELEMENTS // max(1, base.size))
+                errors = []
+                for lo in range(0, len(first), block):
+                    totals = base[None] + first[lo : lo + block, None, None] * s.lm[0][None]
+                    chosen = np.argmax(totals, axis=2)  # [g, U]
+                    errors.append(np.take_along_axis(s.errors[None], chosen[..., None], 2)[..., 0].sum(1))
+                per_set.append(np.concatenate(errors) if errors else np.zeros(0, dtype=np.int64))
             for g, weight in enumerate(first):
                 out.append((Weights((float(weight),) + tuple(rest), float(beta)), [int(e[g]) for e in per_set]))
     return out

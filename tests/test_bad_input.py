@@ -527,3 +527,183 @@ def test_pretrain_options_it_cannot_use_are_one_line(tmp_path, pretrain_data, ch
     result = cli("pretrain", *pretrain_argv(data, out, *changes))
     expect_error(result, "slm-pretrain", *needles)
     assert snapshot(tmp_path, data) == before
+
+
+# slm-rescore: --out holds only what it wrote; the user's entries are never moved, replaced or deleted
+
+NBEST_HYPS = {"u1": [("AND GOD SAW THE LIGHT", -1.0), ("AND GOD SAW THE NIGHT", -1.5)],
+              "u2": [("THE EARTH WAS VOID", -2.0), ("THE EARTH WAS WITHOUT FORM AND VOID", -2.1)]}
+NBEST_REFS = {"u1": "AND GOD SAW THE LIGHT", "u2": "THE EARTH WAS WITHOUT FORM AND VOID"}
+
+
+def nbest_tsv(folder, name="devset"):
+    """An N-best TSV `<folder>/<name>.tsv` and its reference `<folder>/<name>.ref`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tsv, ref = folder / f"{name}.tsv", folder / f"{name}.ref"
+    tsv.write_text("".join(f"{u}\t{r}\t{s}\t{t}\n" for u, h in NBEST_HYPS.items() for r, (t, s) in enumerate(h, 1)))
+    ref.write_text("".join(f"{u} {t}\n" for u, t in NBEST_REFS.items()))
+    return tsv, ref
+
+
+def rescore_argv(tsv, ref, out, *extra):
+    return ["--dev", tsv, "--dev-ref", ref, "--lm", "slm-books", "--out", out, "--lambda-range", "0:1:0.5",
+            "--no-progress", *extra]
+
+
+FAILING_RENAME = """
+import os, sys
+from pathlib import Path
+from slm_lm.bin import rescore
+real, failed = os.rename, []
+def rename(src, dst, *args, **kwargs):  # moving a user's note, or the first move of a new tuning.json, fails
+    src, dst = Path(src), Path(dst)
+    if src.name == "b_note.txt" or (dst.name == "tuning.json" and dst.parent == Path(sys.argv[1]) and not failed):
+        failed.append(src)
+        raise PermissionError(13, "Permission denied", str(src))
+    return real(src, dst, *args, **kwargs)
+os.rename = rename
+rescore.main(sys.argv[2:])
+"""
+
+
+def test_rescore_failing_to_replace_an_earlier_run_restores_out_and_never_touches_the_users_files(tmp_path):
+    tsv, ref = nbest_tsv(tmp_path / "in")
+    out = tmp_path / "out"
+    assert cli("rescore", *rescore_argv(tsv, ref, out)).returncode == 0
+    (out / "a_note.txt").write_text("mine 1")
+    (out / "b_note.txt").write_text("mine 2")
+    (out / "sub").mkdir()
+    (out / "sub" / "c.txt").write_text("mine 3")
+    before = snapshot(out)
+    argv = rescore_argv(tsv, ref, out.resolve(), "--beta-range", "0,1")
+    result = run(sys.executable, "-c", FAILING_RENAME, out.resolve(), *argv)
+    expect_error(result, "slm-rescore", f"--out {out.resolve()}: cannot write the outputs", "as it was")
+    assert snapshot(out) == before  # notes kept, the earlier run's outputs back in place
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["a_note.txt", "b_note.txt", "sub", "devset", "lm_cache", "RESULTS.md", "dev_wer_vs_lambda.png", "tuning.json"])
+
+
+def test_rescore_refuses_an_out_holding_a_reference_file_or_the_cache(tmp_path):
+    tsv, _ = nbest_tsv(tmp_path / "nb", "dev_clean")
+    refs2 = tmp_path / "refs2"
+    refs2.mkdir()
+    ref = refs2 / "dev_clean"
+    ref.write_text("".join(f"{u} {t}\n" for u, t in NBEST_REFS.items()))
+    before = snapshot(tmp_path)
+    result = cli("rescore", *rescore_argv(tsv, ref, refs2))
+    expect_error(result, "slm-rescore", f"--out {refs2} overlaps the input {ref}")
+    assert snapshot(tmp_path) == before and ref.is_file()
+    out = tmp_path / "out"
+    for cache, needle in ((out, "is the cache or inside it"), (tmp_path, "is the cache or inside it"),
+                          (out / "dev_clean" / "cache", "inside the output")):
+        result = cli("rescore", *rescore_argv(tsv, ref, out, "--cache", cache))
+        expect_error(result, "slm-rescore", f"--cache {cache}: ", needle)
+    assert snapshot(tmp_path) == before and not out.exists()
+
+
+def test_rescore_refuses_a_users_folder_named_like_a_set_or_an_output(tmp_path):
+    tsv, ref = nbest_tsv(tmp_path / "in")
+    out = tmp_path / "out"
+    (out / "devset").mkdir(parents=True)
+    (out / "devset" / "my_notes.txt").write_text("mine")
+    before = snapshot(tmp_path)
+    result = cli("rescore", *rescore_argv(tsv, ref, out))
+    expect_error(result, "slm-rescore", f"{out / 'devset'}: not written by slm-rescore")
+    assert snapshot(tmp_path) == before
+    (out / "devset" / "my_notes.txt").unlink()
+    (out / "devset").rmdir()
+    (out / "RESULTS.md").write_text("my results")
+    result = cli("rescore", *rescore_argv(tsv, ref, out))
+    expect_error(result, "slm-rescore", f"{out / 'RESULTS.md'}: not written by slm-rescore")
+    assert (out / "RESULTS.md").read_text() == "my results"
+
+
+@pytest.mark.parametrize("where,needle", [("afile", "is a file, not a directory"),
+                                          ("afile/x/y", "a file, not a directory")])
+def test_rescore_out_that_is_a_file_or_under_one(tmp_path, where, needle):
+    tsv, ref = nbest_tsv(tmp_path / "in")
+    (tmp_path / "afile").write_text("my notes\n")
+    before = snapshot(tmp_path)
+    result = cli("rescore", *rescore_argv(tsv, ref, tmp_path / where))
+    expect_error(result, "slm-rescore", f"--out {tmp_path / where}: ", needle)
+    assert snapshot(tmp_path) == before
+
+
+# Recipe helpers: score_wer.py and make_results.py never replace an input
+
+RECIPE_LOCAL = ROOT / "egs" / "librispeech_slm" / "local"
+
+
+def test_score_wer_refuses_one_directory_for_reference_and_hypotheses(tmp_path):
+    d = tmp_path / "dev_clean"
+    (d / "1best_recog").mkdir(parents=True)
+    (d / "text").write_text("u1 AND GOD SAW THE LIGHT\n")
+    (d / "1best_recog" / "text").write_text("u1 AND GOD SAW THE NIGHT\n")
+    before = snapshot(tmp_path)
+    result = run(sys.executable, RECIPE_LOCAL / "score_wer.py", "--data", d, d, cwd=RECIPE_LOCAL)
+    expect_error(result, "score_wer.py", f"{d / 'text'}: would replace the input {d / 'text'}")
+    assert snapshot(tmp_path) == before
+
+
+def decoded_set(tmp_path):
+    """data/dev_clean/text and decode/dev_clean/1best_recog/ of one utterance."""
+    data = tmp_path / "data" / "dev_clean"
+    data.mkdir(parents=True)
+    (data / "text").write_text("u1 AND GOD SAW THE LIGHT\n")
+    nb = tmp_path / "decode" / "dev_clean" / "1best_recog"
+    nb.mkdir(parents=True)
+    for name, value in (("text", "AND GOD SAW THE LIGHT"), ("score", "-1.0"),
+                        ("scores", json.dumps({"decoder": -1.0, "ctc": -1.0}))):
+        (nb / name).write_text(f"u1 {value}\n")
+    return ["--decode-dir", tmp_path / "decode", "--data", tmp_path / "data", "--sets", "dev_clean", "--nbest", "1"]
+
+
+@pytest.mark.parametrize("out,needle", [("data/dev_clean/text", "would replace or sit inside the input"),
+                                        ("decode/dev_clean/RESULTS.md", "would replace or sit inside the input"),
+                                        ("data", "is a directory, not a file")])
+def test_make_results_refuses_an_out_that_replaces_an_input(tmp_path, out, needle):
+    argv = decoded_set(tmp_path)
+    before = snapshot(tmp_path)
+    result = run(sys.executable, RECIPE_LOCAL / "make_results.py", *argv, "--out", tmp_path / out, cwd=RECIPE_LOCAL)
+    expect_error(result, "make_results.py", f"--out {tmp_path / out}: {needle}")
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("tuning,needle", [(None, "missing"), ("{bad", "not a tuning.json"),
+                                           ("{}", "not a tuning.json")])
+def test_make_results_rescored_dir_without_a_tuning_json(tmp_path, tuning, needle):
+    argv = decoded_set(tmp_path)
+    rdir = tmp_path / "resc"
+    (rdir / "dev_clean" / "1best_recog").mkdir(parents=True)
+    (rdir / "dev_clean" / "1best_recog" / "text").write_text("u1 AND GOD SAW THE LIGHT\n")
+    if tuning is not None:
+        (rdir / "tuning.json").write_text(tuning)
+    result = run(sys.executable, RECIPE_LOCAL / "make_results.py", *argv, "--rescored", f"x={rdir}",
+                 "--out", tmp_path / "RESULTS.md", cwd=RECIPE_LOCAL)
+    expect_error(result, "make_results.py", f"{rdir / 'tuning.json'}: {needle}")
+    assert not (tmp_path / "RESULTS.md").exists()
+    result = run(sys.executable, RECIPE_LOCAL / "make_results.py", *argv, "--rescored", str(rdir),
+                 "--out", tmp_path / "RESULTS.md", cwd=RECIPE_LOCAL)
+    expect_error(result, "make_results.py", f"--rescored {str(rdir)!r}: want NAME=DIR")
+
+
+# slm-rescore: weights and grids are finite numbers, grids have at most 100,000 values
+
+@pytest.mark.parametrize("option,value,needle", [
+    ("--am-weights", "decoder=nan,ctc=0.3", "'decoder=nan': the weight is not a finite number"),
+    ("--am-weights", "decoder=inf", "'decoder=inf': the weight is not a finite number"),
+    ("--lambda-range", "nan", "'nan' holds a value that is not a finite number"),
+    ("--lambda-range", "0,inf", "'0,inf' holds a value that is not a finite number"),
+    ("--lambda-range", "0:inf:1", "'0:inf:1' holds a value that is not a finite number"),
+    ("--lambda-range", "0:1e300:1e-300", "'0:1e300:1e-300' gives too many values, above the ceiling of 100,000"),
+    ("--lambda-range", "0:10:0.00001", "'0:10:0.00001' gives 1,000,001 values, above the ceiling of 100,000"),
+    ("--beta-range", "nan", "'nan' holds a value that is not a finite number"),
+    ("--beta-range", "0:1:nan", "'0:1:nan' holds a value that is not a finite number"),
+    ("--ln-alpha-range", "0,-inf", "'0,-inf' holds a value that is not a finite number"),
+])
+def test_rescore_refuses_non_finite_weights_and_huge_grids(tmp_path, option, value, needle):
+    tsv, ref = nbest_tsv(tmp_path / "in")
+    before = snapshot(tmp_path)
+    result = cli("rescore", *rescore_argv(tsv, ref, tmp_path / "out", f"{option}={value}"))
+    expect_error(result, "slm-rescore", f"{option}: {needle}")
+    assert snapshot(tmp_path) == before and not (tmp_path / "out").exists()

@@ -295,3 +295,64 @@ def test_shared_dev_clean_10best_reproduces_readme_figures():
         for rank, hyp in enumerate(nb.hyps[s.uttids[u]]):
             pair = jiwer.process_words(refs[u], hyp.text)
             assert s.errors[u, rank] == pair.substitutions + pair.deletions + pair.insertions
+
+
+def big_scored_set(n_utts, n_hyps, seed=0):
+    """A ScoredSet of random scores and errors (no texts needed by the search or the plot)."""
+    import numpy as np
+
+    from slm_lm.scored_set import ScoredSet
+
+    rng = np.random.default_rng(seed)
+    shape = (n_utts, n_hyps)
+    return ScoredSet("big", [f"u{u}" for u in range(n_utts)], [[""] * n_hyps for _ in range(n_utts)],
+                     -rng.random(shape) * 10, -rng.random((1,) + shape) * 10, rng.integers(1, 20, shape).astype(float),
+                     rng.integers(0, 5, shape), np.full(n_utts, 20, dtype=np.int64))
+
+
+def test_dev_wer_plot_of_a_fine_lambda_grid_evaluates_a_few_hundred_points(tmp_path, monkeypatch):
+    """--lambda-range 0:5:0.0001 (50,001 lambdas): the search goes coordinate-wise; the plot draws its
+    curve at no more than PLOT_POINTS lambdas (it used to build a [50001, U, N] array: 10 GiB on dev_clean)."""
+    import tracemalloc
+
+    from slm_lm import rescore_report
+
+    dev = big_scored_set(100, 10)
+    grid = parse_range("0:5:0.0001", "--lambda-range")
+    result = tune([dev], [grid], [0.0], max_grid_points=1000)
+    assert result.search["method"] == "coordinate"
+    evaluated = []
+    real = rescore_report.grid_errors
+
+    def counting(sets, lambda_grids, beta_grid):
+        evaluated.append(len(lambda_grids[0]))
+        return real(sets, lambda_grids, beta_grid)
+
+    monkeypatch.setattr(rescore_report, "grid_errors", counting)
+    rescore_report.plot_dev_wer(tmp_path / "warm.png", [dev], result, [0.0, 1.0])  # matplotlib's imports
+    evaluated.clear()
+    tracemalloc.start()
+    rescore_report.plot_dev_wer(tmp_path / "plot.png", [dev], result, grid)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert sum(evaluated) <= rescore_report.PLOT_POINTS + 1, evaluated
+    assert peak < 30e6, peak  # a full grid here: 50,001 x 100 x 10 float64 = 400 MB
+    assert (tmp_path / "plot.png").stat().st_size > 0
+    assert result.best.lambdas[0] in rescore_report.plot_lambdas(grid, result.best.lambdas[0])
+
+
+def test_grid_errors_memory_is_bounded_by_blocks_not_the_grid():
+    import tracemalloc
+
+    from slm_lm.weight_search import CHUNK_ELEMENTS, grid_errors
+
+    dev = big_scored_set(500, 10, seed=1)
+    grid = [0.001 * i for i in range(2000)]
+    tracemalloc.start()
+    points = grid_errors([dev], [grid], [0.5])
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(points) == 2000
+    for i in (0, 208, 209, 210, 1000, 1999):  # across the blocks' edges
+        assert points[i] == (Weights((grid[i],), 0.5), [dev.errors_of(dev.choose((grid[i],), 0.5))])
+    assert peak < 4 * 8 * CHUNK_ELEMENTS + 5e6, peak  # one block at a time; all at once: 2000 x 500 x 10 x 8 = 80 MB

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from slm_lm.errors import InputError, fail
 from slm_lm.rescore import rescore
+from slm_lm.scored_set import score_column
 from slm_lm.rescore_inputs import (
     comma_list,
     lm_specs,
@@ -27,12 +29,18 @@ from slm_lm.rescore_inputs import (
     scorer_options,
     tuning_options,
 )
-from slm_lm.rescore_report import check_no_overlap
+from slm_lm.rescore_report import check_cache, check_no_overlap, check_out_dir, check_set_names
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     return rescore_parser("slm-rescore", __doc__.split("\n\n")[0])
+
+
+def read_inputs(args: argparse.Namespace, specs: list[str]) -> list[str]:
+    """The files read besides the N-best inputs: the reference files and the models given as paths."""
+    refs = [r for r in comma_list(args.dev_ref) + comma_list(args.test_ref) if r != "-"]
+    return refs + [spec for spec in specs if score_column(spec) is None and Path(spec).exists()]
 
 
 def main(argv=None) -> None:
@@ -45,13 +53,19 @@ def main(argv=None) -> None:
         test = load_nbest_sets(comma_list(args.test), comma_list(args.test_ref), "--test", args.nbest)
         if not args.no_normalize:
             dev, test = normalized_sets(dev), normalized_sets(test)
-        check_no_overlap(args.out, [s.source for s in dev + test])
+        names = [s.name for s in dev + test]
+        check_set_names(names)
+        inputs = read_inputs(args, specs)
+        check_no_overlap(args.out, [s.source for s in dev + test] + inputs)
+        cache = args.cache or f"{args.out}/lm_cache"
+        check_cache(args.out, cache, names)
+        check_out_dir(args.out, names)
         scorers = load_lms(specs, **scorer_options(args))
         settings = {"command": "slm-rescore " + " ".join(sys.argv[1:] if argv is None else argv)}
         if args.nbest:
             settings["N-best"] = args.nbest
-        result, reports = rescore(dev, test, scorers, args.out, cache_dir=args.cache or f"{args.out}/lm_cache",
-                                  settings=settings, progress=not args.no_progress, **tuning)
+        result, reports = rescore(dev, test, scorers, args.out, cache_dir=cache, settings=settings,
+                                  progress=not args.no_progress, inputs=inputs, **tuning)
     except InputError as err:
         fail("slm-rescore", err)
     w = result.best

@@ -54,6 +54,44 @@ def am_only_hyps(nbest_lists, weights):
     return {uttid: max(hyps, key=lambda h: am_score(h, weights)).text for uttid, hyps in nbest_lists.items()}
 
 
+def rescored_dirs(specs):
+    """{name: directory} of the --rescored NAME=DIR values."""
+    dirs = {}
+    for spec in specs:
+        name, sep, rdir = spec.partition("=")
+        if not sep or not name or not rdir:
+            raise InputError(f"--rescored {spec!r}: want NAME=DIR")
+        if name in dirs:
+            raise InputError(f"--rescored {spec!r}: the name {name!r} is given twice")
+        dirs[name] = Path(rdir)
+    return dirs
+
+
+def read_tuning(rdir):
+    """The chosen weights of a slm-rescore output directory (its tuning.json's "best")."""
+    path = rdir / "tuning.json"
+    if not path.is_file():
+        raise InputError(f"{path}: missing; --rescored wants a slm-rescore output directory")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["best"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        raise InputError(f"{path}: not a tuning.json of slm-rescore ({type(e).__name__}: {e})") from None
+
+
+def check_out(out, inputs):
+    """InputError unless `out` is a file path that is no input and lies in no input directory."""
+    if out.is_dir():
+        raise InputError(f"--out {out}: is a directory, not a file")
+    for parent in out.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"--out {out}: is under {parent}, a file, not a directory")
+            break
+    for path in inputs:
+        if out.resolve() == path.resolve() or path.resolve() in out.resolve().parents:
+            raise InputError(f"--out {out}: would replace or sit inside the input {path}; choose another file")
+
+
 def main(argv=None):
     """Command line: build RESULTS.md."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -69,26 +107,28 @@ def main(argv=None):
     args = p.parse_args(argv)
     weights = parse_am_weights(args.am_weights)
     decode_dir, sets = Path(args.decode_dir), args.sets.split()
-    systems = {"baseline (AM only)": {}, **{f"rescored, {r.split('=')[0]}": {} for r in args.rescored},
+    rdirs = rescored_dirs(args.rescored)
+    systems = {"baseline (AM only)": {}, **{f"rescored, {name}": {} for name in rdirs},
                f"oracle ({args.nbest}-best)": {}}
     pool = args.pool.split()
     if set(pool) - set(sets):
         raise InputError(f"--pool {args.pool!r}: not among --sets {args.sets!r}")
-    lambdas, errors = {}, {}  # errors[(system, set)] = (word errors, reference words) per utterance
+    data = Path(args.data)
+    inputs = [data / s / "text" for s in sets] + [decode_dir / s for s in sets] + list(rdirs.values())
+    check_out(Path(args.out), inputs)
+    lambdas = {name: read_tuning(rdir) for name, rdir in rdirs.items()}
+    errors = {}  # errors[(system, set)] = (word errors, reference words) per utterance
     for s in sets:
-        refs = read_text(Path(args.data) / s / "text")
+        refs = read_text(data / s / "text")
         d = decode_dir / s
         nbest_lists = read_espnet_nbest(d, args.nbest)
         base = align_transcripts(refs, am_only_hyps(nbest_lists, weights), d)
         systems["baseline (AM only)"][s] = wer_columns(base)
         errors["baseline", s] = utterance_errors(base)
-        for spec in args.rescored:
-            name, _, rdir = spec.partition("=")
-            rescored = align_transcripts(refs, read_text(Path(rdir) / s / "1best_recog" / "text"), Path(rdir) / s)
+        for name, rdir in rdirs.items():
+            rescored = align_transcripts(refs, read_text(rdir / s / "1best_recog" / "text"), rdir / s)
             systems[f"rescored, {name}"][s] = wer_columns(rescored)
             errors[name, s] = utterance_errors(rescored)
-            tuning = json.loads((Path(rdir) / "tuning.json").read_text(encoding="utf-8"))
-            lambdas[name] = tuning["best"]
         oracle = align_transcripts(refs, oracle_hyps(nbest_lists, refs), d)
         systems[f"oracle ({args.nbest}-best)"][s] = wer_columns(oracle)
 
@@ -116,8 +156,7 @@ def main(argv=None):
         def pooled(who, i):  # errors[who, s][i] of the pool's sets, one list
             return [x for s in pool for x in errors[who, s][i]]
 
-        for spec in args.rescored:
-            name = spec.partition("=")[0]
+        for name in rdirs:
             rows = [(s, errors["baseline", s][0], errors[name, s][0], errors[name, s][1]) for s in sets]
             if pool:
                 rows.append((" + ".join(pool), pooled("baseline", 0), pooled(name, 0), pooled(name, 1)))

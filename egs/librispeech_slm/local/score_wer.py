@@ -19,6 +19,18 @@ def trn(rows, spk):
     return "".join(f"{rows[u]}\t({spk.get(u, u.split('-')[0])}-{u})\n" for u in sorted(rows))
 
 
+def check_outputs(decode, data):
+    """InputError if an output of `score_dir` (decode/text, decode/score_wer/) is or holds an input
+    (data/text, data/utt2spk, decode/1best_recog/text): e.g. the same directory for both."""
+    inputs = [data / "text", data / "utt2spk", decode / "1best_recog" / "text"]
+    for output in (decode / "text", decode / "score_wer"):
+        out = output.resolve()
+        for path in inputs:
+            if out == path.resolve() or out in path.resolve().parents:
+                raise InputError(f"{output}: would replace the input {path}; give the decoding directory and "
+                                 "the data directory apart")
+
+
 def score_dir(decode, data):
     """Write text, score_wer/{ref,hyp}.trn and score_wer/result.txt of one decoded set; return its counts."""
     refs = read_text(data / "text")
@@ -38,6 +50,8 @@ def main(argv=None):
     p.add_argument("--data", required=True, help="data directory with text (and utt2spk)")
     p.add_argument("dirs", nargs="+", help="decoding directories with 1best_recog/text")
     args = p.parse_args(argv)
+    for d in args.dirs:
+        check_outputs(Path(d), Path(args.data))
     for d in args.dirs:
         c = score_dir(Path(d), Path(args.data))
         print(f"{d}: WER {c['Err']:.2f} % ({c['Snt']} utterances, {c['Wrd']} words)")
