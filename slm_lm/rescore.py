@@ -24,6 +24,7 @@ from slm_lm.score_cache import LocatedScorer, lm_scores
 from slm_lm.scored_set import ScoreColumn, build_scored_set
 from slm_lm.weight_search import MAX_GRID_POINTS, TuneResult, length_norm_grids, parse_range, tune
 
+
 def rescore(
     dev: list[NbestSet],
     test: list[NbestSet],
