@@ -10,6 +10,7 @@ nothing: sum_j lambda_j * b_j * n_words is one bonus, so the single beta serves 
 
 from pathlib import Path
 
+from slm_lm.fileio import exclusive_dir_lock
 from slm_lm.nbest import NbestSet
 from slm_lm.rescore_report import (
     SetReport,
@@ -49,30 +50,32 @@ def rescore(
     LM (default none); normalised LMs tune their alpha on ``alpha_grid`` (default 0:1:0.1). ``search``
     and ``max_grid_points``: see :func:`slm_lm.weight_search.tune`. Writes the outputs with
     :func:`slm_lm.rescore_report.write_outputs`; ``out_dir`` must not overlap any input: the sets'
-    sources and ``inputs`` (other files read: reference files, models), nor the cache.
+    sources and ``inputs`` (other files read: reference files, models), nor the cache. A second run into
+    the same ``out_dir`` while one is running is refused (:func:`slm_lm.fileio.exclusive_dir_lock`).
     """
     names = [s.name for s in dev + test]
     check_set_names(names)
     check_no_overlap(out_dir, [s.source for s in dev + test] + [str(p) for p in inputs])
     check_cache(out_dir, cache_dir, names)
     check_out_dir(out_dir, names)
-    lambda_grid = lambda_grid if lambda_grid is not None else parse_range("0:5:0.1")
-    beta_grid = beta_grid if beta_grid is not None else [0.0]
-    where = {}
-    for s in dev + test:
-        for uttid, hyps in s.hyps.items():
-            for h in hyps:
-                where.setdefault(h.text, f"set {s.name}, utterance {uttid}, rank {h.rank} ({h.where})")
-    texts = list(where)
-    tables = [sc if isinstance(sc, ScoreColumn) else
-              lm_scores(LocatedScorer(sc, where), texts, cache_dir, progress=progress) for sc in scorers]
-    lm_names = [sc.name for sc in scorers]
-    kinds, alpha_grids = length_norm_grids(length_norm, len(scorers), alpha_grid)
-    dev_m = [build_scored_set(s, tables, am_weights, kinds) for s in dev]
-    test_m = [build_scored_set(s, tables, am_weights, kinds) for s in test]
-    result = tune(dev_m, [lambda_grid] * len(scorers), beta_grid, alpha_grids, search, max_grid_points)
-    reports = [set_report(s, result.best, "dev") for s in dev_m]
-    reports += [set_report(s, result.best, "test") for s in test_m]
-    write_outputs(out_dir, dev_m, test_m, result, reports, lm_names, am_weights, settings, kinds=kinds,
-                  lambda_grid=lambda_grid, beta_grid=beta_grid, alpha_grid=alpha_grid, alpha_grids=alpha_grids)
+    with exclusive_dir_lock(out_dir, "slm-rescore"):  # one writer per output directory
+        lambda_grid = lambda_grid if lambda_grid is not None else parse_range("0:5:0.1")
+        beta_grid = beta_grid if beta_grid is not None else [0.0]
+        where = {}
+        for s in dev + test:
+            for uttid, hyps in s.hyps.items():
+                for h in hyps:
+                    where.setdefault(h.text, f"set {s.name}, utterance {uttid}, rank {h.rank} ({h.where})")
+        texts = list(where)
+        tables = [sc if isinstance(sc, ScoreColumn) else
+                  lm_scores(LocatedScorer(sc, where), texts, cache_dir, progress=progress) for sc in scorers]
+        lm_names = [sc.name for sc in scorers]
+        kinds, alpha_grids = length_norm_grids(length_norm, len(scorers), alpha_grid)
+        dev_m = [build_scored_set(s, tables, am_weights, kinds) for s in dev]
+        test_m = [build_scored_set(s, tables, am_weights, kinds) for s in test]
+        result = tune(dev_m, [lambda_grid] * len(scorers), beta_grid, alpha_grids, search, max_grid_points)
+        reports = [set_report(s, result.best, "dev") for s in dev_m]
+        reports += [set_report(s, result.best, "test") for s in test_m]
+        write_outputs(out_dir, dev_m, test_m, result, reports, lm_names, am_weights, settings, kinds=kinds,
+                      lambda_grid=lambda_grid, beta_grid=beta_grid, alpha_grid=alpha_grid, alpha_grids=alpha_grids)
     return result, reports

@@ -629,6 +629,17 @@ def test_rescore_out_that_is_a_file_or_under_one(tmp_path, where, needle):
     assert snapshot(tmp_path) == before
 
 
+def test_a_second_rescore_run_into_the_same_out_is_refused_at_once(tmp_path):
+    from slm_lm.fileio import exclusive_dir_lock
+
+    tsv, ref = nbest_tsv(tmp_path / "in")
+    out = tmp_path / "out"
+    with exclusive_dir_lock(out, "slm-rescore"):
+        result = cli("rescore", *rescore_argv(tsv, ref, out))
+    expect_error(result, "slm-rescore", f"{out}: in use by slm-rescore (pid {os.getpid()}", "one writer")
+    assert sorted(p.name for p in out.iterdir()) == []
+
+
 # Recipe helpers: score_wer.py and make_results.py never replace an input
 
 RECIPE_LOCAL = ROOT / "egs" / "librispeech_slm" / "local"
