@@ -169,8 +169,28 @@ def espnet_hypothesis_dirs(path: str | Path) -> list[Path]:
         return [path]
     jobs = sorted(p for p in (path / "logdir").glob("output.*") if p.is_dir() and _rank_dirs(p))
     if jobs:
-        return jobs
+        return _last_run(path / "logdir", jobs)
     raise InputError(f"{path}: no <k>best_recog directories (nor raw_hypotheses/ or logdir/output.*/)")
+
+
+def _job_index(p: Path) -> int:
+    """N of ``output.N`` (or ``keys.N``, ``keys.N.scp``); -1 for another name."""
+    parts = p.name.split(".")
+    return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else -1
+
+
+def _last_run(logdir: Path, jobs: list[Path]) -> list[Path]:
+    """The ``output.N`` dirs of the last decoding run in ``logdir``. asr.sh writes ``keys.1.scp`` ..
+    ``keys.<nj>.scp`` anew for each run and leaves those of an earlier run with more jobs: the last run's
+    jobs are 1..n, n the last index from 1 on whose key file is not older than ``keys.1``'s. Without key
+    files, every ``output.N`` counts."""
+    keys = {_job_index(p): p for p in logdir.glob("keys.*") if _job_index(p) > 0}
+    if 1 not in keys:
+        return jobs
+    first, n = keys[1].stat().st_mtime, 1
+    while n + 1 in keys and keys[n + 1].stat().st_mtime >= first:
+        n += 1
+    return [p for p in jobs if 0 < _job_index(p) <= n]
 
 
 def read_espnet_nbest(path: str | Path, nbest: int | None = None) -> dict[str, list[Hypothesis]]:
@@ -193,8 +213,13 @@ def read_espnet_nbest(path: str | Path, nbest: int | None = None) -> dict[str, l
                 have.append(hyp)
         for uttid, hyps in part.items():
             if uttid in out:
+                hint = ""
+                if folder.parent.name == "logdir":
+                    hint = (f"; {folder.parent} holds the shards of more than one decoding run: remove the "
+                            "output.N dirs of the earlier run (e.g. those with N above the last run's job count, "
+                            "whose keys.N.scp are older than keys.1.scp)")
                 raise InputError(
-                    f"{hyps[0].where}: duplicate id {uttid!r} (also at {out[uttid][0].where})"
+                    f"{hyps[0].where}: duplicate id {uttid!r} (also at {out[uttid][0].where}){hint}"
                 )
             out[uttid] = hyps
     return out

@@ -67,6 +67,12 @@ def align_transcripts(refs: dict[str, str], hyps: dict[str, str], where) -> list
     return align_words([refs[k] for k in keys], [hyps[k] for k in keys])
 
 
+def char_tokens(transcripts: dict[str, str]) -> dict[str, str]:
+    """ESPnet's CER tokens (asr.sh's score_cer): each transcript as its characters separated by spaces, a
+    space written ``<space>``, so that :func:`align_transcripts` and :func:`wer_columns` give the CER."""
+    return {u: " ".join("<space>" if c == " " else c for c in " ".join(t.split())) for u, t in transcripts.items()}
+
+
 def wer_percent(errors: int, ref_words: int) -> float:
     """Corpus WER in percent."""
     if ref_words <= 0:

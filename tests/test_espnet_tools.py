@@ -267,7 +267,7 @@ def test_recipe_decoding_checks_the_fusion_lm(asr_exp, tmp_path):
         decode_nbest.main([*common, "--decode-config", str(conf / "decode_asr_lm.yaml"),
                            "--lm-config", str(asr_exp / "lm_slm" / "config.yaml"), "--lm-file", str(slm_checkpoint)])
     clm_checkpoint, _ = load_lm(asr_exp / "lm_clm")
-    with pytest.raises(InputError, match="decode_asr.yaml: lm_weight is 0"):
-        decode_nbest.main([*common, "--decode-config", str(conf / "decode_asr.yaml"),
+    with pytest.raises(InputError, match="decode_asr_beam10.yaml: lm_weight is 0"):
+        decode_nbest.main([*common, "--decode-config", str(conf / "decode_asr_beam10.yaml"),
                            "--lm-config", str(asr_exp / "lm_clm" / "config.yaml"), "--lm-file", str(clm_checkpoint)])
     assert not (tmp_path / "out").exists()

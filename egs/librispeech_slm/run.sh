@@ -13,7 +13,8 @@
 #   3 LM text, dev/test decontaminated  4 ASR training (ESPnet Conformer, collect-stats pass first)
 #   5 LM training (SLM; CLM/MLM/Bi-LM with --lm_kinds; mini: fine-tuned from the shipped slm-books)
 #   6 N-best decoding (Speech2Text, beam 10)
-#   7 LM scoring + rescoring, lambda tuned on dev        8 RESULTS.md (WER: baseline, rescored, oracle)
+#   7 LM scoring + rescoring, lambda tuned on dev        8 RESULTS.md (WER and CER: baseline, rescored, oracle)
+#   9 pack (only when asked, --stage 9 --stop_stage 9): ESPnet's espnet2.bin.pack zip of the ASR model and the LMs
 # As in ESPnet, every stage from --stage to --stop_stage runs. What a stage makes lives in a directory
 # named by what made it (ESPnet's tags: exp/asr_<asr config>_raw_en_bpe<N>, exp/lm_<lm config>_en_bpe<N>,
 # <asr_exp>/<inference tag>/<set>; --asr_train_args/--lm_train_args add ESPnet's args tag, e.g.
@@ -47,7 +48,7 @@ lm_init=default        # KIND=MODEL pairs: stage 5 fine-tunes that kind from our
                        # a model dir) with its own tokenizer and conf/finetune_lm_<kind>_mini.yaml; "": every
                        # LM from scratch; default: "slm=slm-books clm=clm-books" (mini), "" (micro, LibriSpeech)
 asr_config=            # default: conf/train_asr.yaml, conf/train_asr_mini.yaml (mini/micro)
-decode_config=         # default: conf/decode_asr.yaml (mini: conf/decode_asr_mini.yaml, micro: conf/decode_asr_micro.yaml)
+decode_config=         # default: conf/decode_asr_beam10.yaml (mini: conf/decode_asr_mini.yaml, micro: conf/decode_asr_micro.yaml)
 inference_tag=         # decoding directory name (default: <decode config>_asr_model_<inference_asr_model>)
 inference_asr_model=valid.acc.ave.pth  # the ASR checkpoint that decodes (e.g. valid.acc.best.pth, 10epoch.pth)
 asr_train_args=        # extra options for espnet2.bin.asr_train (e.g. "--max_epoch 1"); part of the exp name
@@ -57,6 +58,10 @@ fusion_lm=             # e.g. clm: decode with that stage-5 LM fused in the beam
 train_threads=         # CPU threads of a training job, local backend (default: --nj); on Slurm a job's
                        # threads are its CPUs (conf/slurm.conf, cmd.sh) per GPU
 bpe_size=              # default: 5000 (LibriSpeech), 300 (mini), 100 (micro)
+bpemode=               # sentencepiece model type, unigram | bpe (ESPnet's --bpemode); default: unigram as asr.sh
+                       # (LibriSpeech: data/en_token_list/bpe_unigram<N>/), bpe (mini/micro, data/token_list/bpe<N>/)
+max_wav_duration=      # training and validation utterances of this many seconds or more are left out (asr.sh's
+                       # --max_wav_duration; ESPnet's LibriSpeech: 30); default: 30 (LibriSpeech), none (mini/micro)
 speed_perturb_factors=default  # ESPnet's: train on data/train_sp, one copy per factor; default:
                                # "0.9 1.0 1.1" (LibriSpeech), "" (mini: none, see conf/train_asr_mini.yaml)
 lm_corpus=             # mini: bible (default) or gutenberg (../shared/data/text when present)
@@ -72,7 +77,10 @@ python=                # the Python of every step (ESPnet's --python); default: 
                        # imports espnet and slm_lm's packages, else the repository's .venv (made on first use)
 help_message="Usage: $0 [options]
   --stage N --stop_stage N   run stages N..M (0 corpus, 1 data, 2 bpe, 3 lm_text, 4 asr_train,
-                             5 lm_train, 6 decode, 7 rescore, 8 results); every selected stage runs,
+                             5 lm_train, 6 decode, 7 rescore, 8 results, 9 pack: not by default, as
+                             asr.sh's packing: --stage 9 --stop_stage 9 zips the ASR model, the LMs, their
+                             configs and tokenizers into <asr_exp>/<asr_exp name>_<checkpoint>.zip with
+                             espnet2.bin.pack); every selected stage runs,
                              finished identical work (same command and inputs) is reused, whatever the
                              resources (--ngpu, --nj, --num_nodes, threads); a finished training of other
                              work (edited config) stops the run: nothing trained is renamed or deleted
@@ -83,7 +91,13 @@ help_message="Usage: $0 [options]
                              slm_lm's packages, else the repository's .venv, made on first use)
   --lm_kinds 'slm clm mlm bilm tta'  --lm_size small|base  --asr_config YAML  --decode_config YAML
   --lm_init 'slm=slm-books'  mini: stage 5 fine-tunes the slm from the shipped slm-books ('' : from scratch)
-  --bpe_size N  --speed_perturb_factors '0.9 1.0 1.1'  --inference_tag NAME  --workdir DIR  --asr_train_args '...'  --lm_train_args '...'
+  --bpe_size N  --bpemode unigram|bpe (default: unigram as asr.sh; mini: bpe, its published figures)
+  --max_wav_duration S       LibriSpeech: training/validation utterances of S seconds or more are left
+                             out (default 30, ESPnet's LibriSpeech; mini: none)
+  tensorboard                LibriSpeech trainings write it (ESPnet's default) when the tensorboard
+                             package is installed; without it they run with --use_tensorboard false
+                             (a log line says so); the mini's trainings keep it off
+  --speed_perturb_factors '0.9 1.0 1.1'  --inference_tag NAME  --workdir DIR  --asr_train_args '...'  --lm_train_args '...'
   --fusion_lm clm            decode with stage 5's clm fused in the beam (shallow fusion; its weight:
                              lm_weight of --decode_config, e.g. conf/decode_asr_lm.yaml)
   --ngpu N                   GPUs per training job (DDP, --multiprocessing_distributed true)
@@ -129,6 +143,8 @@ die() { echo "$(date '+%F %T') (run.sh) ERROR: $*" >&2; exit 1; }
 if [ "${micro}" = true ] && [ "${mini}" != true ]; then die "--micro true needs --mini true"; fi
 if [ "${num_nodes}" -gt 1 ] && [ "${cmd_backend}" != slurm ]; then die "--num_nodes ${num_nodes} needs --cmd_backend slurm"; fi
 micro_asr_args=""; micro_lm_args=""
+asr_text_shape=text_shape.bpe   # asr.sh's: the ASR text shapes with the token dimension (pinned for the mini below)
+lm_fixed_args=()                 # options of every LM training command (pinned for the mini below)
 # lm_start KIND: the model that stage 5 fine-tunes KIND from (--lm_init), empty for none
 lm_start() { local pair; for pair in ${lm_init}; do [ "${pair%%=*}" = "$1" ] && echo "${pair#*=}"; done; return 0; }
 if [ "${mini}" = true ]; then
@@ -146,6 +162,14 @@ if [ "${mini}" = true ]; then
     : "${bpe_size:=300}"
     : "${decode_config:=conf/decode_asr_mini.yaml}"
     : "${lm_corpus:=bible}"
+    # Pinned to what the mini's published figures (RESULTS.md, "The mini recipe") were made with, so that the
+    # main job prints the same table and an existing mini/ work dir is reused: a BPE (not unigram) tokenizer in
+    # data/token_list/bpe<N>/, ASR batches whose batch_bins count the audio and the text's token count only
+    # (text_shape, not asr.sh's text_shape.bpe), no duration filter (its longest utterance is ~10 s).
+    : "${bpemode:=bpe}"
+    asr_text_shape=text_shape
+    lm_fixed_args=(--use_tensorboard false)   # and no tensorboard (its configs say so too)
+    : "${max_wav_duration:=none}"
     if [ "${lm_init}" = default ]; then
         lm_init="slm=slm-books clm=clm-books"; [ "${micro}" = true ] && lm_init=""
     fi
@@ -156,6 +180,7 @@ else
     : "${workdir:=.}"
     : "${asr_config:=conf/train_asr.yaml}"
     : "${bpe_size:=5000}"
+    : "${max_wav_duration:=30}"
     [ "${speed_perturb_factors}" = default ] && speed_perturb_factors="0.9 1.0 1.1"
     [ "${lm_init}" = default ] && lm_init=""
     [ -z "${lm_init}" ] || die "--lm_init: fine-tuning a shipped model is set up for the mini corpus only"
@@ -168,7 +193,17 @@ if [ -n "${fusion_lm}" ] && [ -n "$(lm_start "${fusion_lm}")" ]; then
     die "--fusion_lm ${fusion_lm}: shallow fusion needs the LM on the ASR's token list, but --lm_init fine-tunes it" \
         "from $(lm_start "${fusion_lm}") with that model's tokenizer; add --lm_init '' to train it from scratch"
 fi
-: "${decode_config:=conf/decode_asr.yaml}"
+: "${decode_config:=conf/decode_asr_beam10.yaml}"
+: "${bpemode:=unigram}"
+case "${bpemode}" in unigram|bpe) ;; *) die "--bpemode ${bpemode}: unigram or bpe" ;; esac
+case "${max_wav_duration}" in none) ;; *[!0-9.]*|"") die "--max_wav_duration ${max_wav_duration}: seconds, or none" ;; esac
+# tensorboard: on for the LibriSpeech trainings (ESPnet's default), off only where the package is absent; not
+# part of the work's description (installing it later never redoes a training); the mini keeps it off
+tensorboard=()
+if [ "${mini}" != true ]; then
+    if python -c "import tensorboard" 2>/dev/null; then tensorboard=(--use_tensorboard true)
+    else tensorboard=(--use_tensorboard false); log "no tensorboard package: trainings run without it (pip install tensorboard)"; fi
+fi
 if [ -z "${am_weights}" ]; then
     [ -f "${decode_config}" ] || die "--decode_config ${decode_config}: not found"
     ctc_weight=$(awk '$1 == "ctc_weight:" { print $2 }' "${decode_config}")
@@ -183,7 +218,10 @@ exp="${workdir}/exp"
 mkdir -p "${exp}/logs"
 train_set=train; sp=""
 if [ -n "${speed_perturb_factors}" ]; then train_set=train_sp; sp=_sp; fi
-token_dir="${data}/token_list/bpe${bpe_size}"
+# ESPnet's token list directory (asr.sh: data/<lang>_token_list/bpe_<bpemode><nbpe>); the mini's BPE keeps
+# the directory its finished stages name
+if [ "${mini}" = true ] && [ "${bpemode}" = bpe ]; then token_dir="${data}/token_list/bpe${bpe_size}"
+else token_dir="${data}/en_token_list/bpe_${bpemode}${bpe_size}"; fi
 # args_tag ARGS: ESPnet's tag of extra training options ("--max_epoch 10" -> _max_epoch10)
 args_tag() { echo "$1" | sed -e 's/--/_/g' -e 's/[ |=/]//g'; }
 # ESPnet's experiment names: the config's name, the features, language and token type, the args tag
@@ -284,9 +322,11 @@ train() {
     if [ "${num_nodes}" -gt 1 ]; then
         OMP_NUM_THREADS="${train_threads:-${nj}}" python -m espnet2.bin.launch --cmd "${cuda_cmd} --name $(basename "${dir}")" \
             --log "${dir}/train.log" --ngpu "${ngpu}" --num_nodes "${num_nodes}" \
-            --init_file_prefix "${dir}/.dist_init_" --multiprocessing_distributed true -- "$@"
+            --init_file_prefix "${dir}/.dist_init_" --multiprocessing_distributed true -- "$@" \
+            ${tensorboard[@]+"${tensorboard[@]}"}
     else
-        OMP_NUM_THREADS="${train_threads:-${nj}}" ${cuda_cmd} --gpu "${ngpu}" "${dir}/train.log" "$@" --ngpu "${ngpu}"
+        OMP_NUM_THREADS="${train_threads:-${nj}}" ${cuda_cmd} --gpu "${ngpu}" "${dir}/train.log" "$@" --ngpu "${ngpu}" \
+            ${tensorboard[@]+"${tensorboard[@]}"}
     fi
 }
 
@@ -337,11 +377,14 @@ fi
 if run_stage 2 bpe; then
     need 1 "${data}/train/text"
     mkdir -p "${token_dir}"
-    desc=$(work train_bpe "${data}/train/text" "${bpe_size}")
+    # the model type in the description unless it is bpe (the recipe's tokenizer before --bpemode: such a
+    # finished token list stays reused)
+    mode=(); [ "${bpemode}" = bpe ] || mode=(--model-type "${bpemode}")
+    desc=$(work train_bpe "${data}/train/text" "${bpe_size}" ${mode[@]+"${mode[@]}"})
     if ! reuse "${token_dir}" "${desc}"; then
         cut -d' ' -f2- "${data}/train/text" > "${token_dir}/train_text.txt"
         ${train_cmd} "${stage_log}" python -m slm_lm.bin.train_bpe --text "${token_dir}/train_text.txt" \
-            --vocab-size "${bpe_size}" --out "${token_dir}"
+            --vocab-size "${bpe_size}" --model-type "${bpemode}" --out "${token_dir}"
         finished "${token_dir}" "${desc}" "${token_dir}/bpe.model" "${token_dir}/tokens.txt"
     fi
     finish_stage 2
@@ -405,10 +448,30 @@ if run_stage 4 asr_train; then
         finished "${asr_stats}" "${desc}" "${asr_stats}/train/feats_stats.npz" \
             "${asr_stats}/train/speech_shape" "${asr_stats}/valid/speech_shape"
     fi
+    # The shape files of the training, as asr.sh's stages 4 and 11 make them: text_shape.bpe is text_shape with
+    # the token list's size appended ("uttid L,V"), so that batch_type numel counts L x V elements per
+    # transcript beside its audio samples; with --max_wav_duration, the train and valid shapes keep only the
+    # utterances shorter than that (the sampler draws its keys from the shape files: the others are not used)
+    shapes="${asr_stats}"
+    [ "${max_wav_duration}" = none ] || shapes="${asr_stats}/max_wav_duration${max_wav_duration}"
+    for x in train valid; do
+        mkdir -p "${shapes}/${x}"
+        max_samples=$(awk -v d="${max_wav_duration}" 'BEGIN { print (d == "none") ? -1 : int(d * 16000) }')
+        awk -v max="${max_samples}" -v v="$(wc -l < "${token_dir}/tokens.txt")" -v out="${shapes}/${x}" '
+            FNR == 1 { file++ }
+            file == 1 { if (max < 0 || $2 + 0 < max) { keep[$1] = 1; print > (out "/speech_shape.tmp") }; next }
+            ($1 in keep) { print > (out "/text_shape.tmp"); print $0 "," v > (out "/text_shape.bpe.tmp") }
+        ' "${asr_stats}/${x}/speech_shape" "${asr_stats}/${x}/text_shape"
+        for f in speech_shape text_shape text_shape.bpe; do
+            if [ "${shapes}" = "${asr_stats}" ] && [ "${f}" != text_shape.bpe ]; then rm "${shapes}/${x}/${f}.tmp"  # kept as made
+            else mv "${shapes}/${x}/${f}.tmp" "${shapes}/${x}/${f}"; fi
+        done
+        [ -s "${shapes}/${x}/speech_shape" ] || die "${asr_stats}/${x}/speech_shape: no utterance shorter than --max_wav_duration ${max_wav_duration} s"
+    done
     # the training command, in one place; --resume true: a killed training continues from checkpoint.pth
     asr_train=(python -m espnet2.bin.asr_train "${common[@]}" --multiprocessing_distributed true --resume true
-        --train_shape_file "${asr_stats}/train/speech_shape" --train_shape_file "${asr_stats}/train/text_shape"
-        --valid_shape_file "${asr_stats}/valid/speech_shape" --valid_shape_file "${asr_stats}/valid/text_shape"
+        --train_shape_file "${shapes}/train/speech_shape" --train_shape_file "${shapes}/train/${asr_text_shape}"
+        --valid_shape_file "${shapes}/valid/speech_shape" --valid_shape_file "${shapes}/valid/${asr_text_shape}"
         --normalize global_mvn --normalize_conf "stats_file=${asr_stats}/train/feats_stats.npz"
         --fold_length 80000 --fold_length 150 --output_dir "${asr_exp}" ${micro_asr_args} ${asr_train_args})
     desc=$(work "${asr_train[@]}" "${inputs[@]}")
@@ -452,7 +515,7 @@ if run_stage 5 lm_train; then
             --train_shape_file "${lm_data}/train/text_shape"
             --valid_data_path_and_name_and_type "${lm_data}/valid/text,text,text"
             --valid_shape_file "${lm_data}/valid/text_shape" --output_dir "${lm_dir}"
-            --use_tensorboard false ${micro_lm_args} ${lm_train_args})
+            ${lm_fixed_args[@]+"${lm_fixed_args[@]}"} ${micro_lm_args} ${lm_train_args})
         desc=$(work "${lm_train[@]}" "${lm_data}/train/text" "${lm_data}/valid/text")
         if ! reuse "${lm_dir}" "${desc}"; then
             keep_trained "${lm_dir}" "${desc}"
@@ -544,7 +607,40 @@ if run_stage 8 results; then
         --out "${workdir}/RESULTS.md"
     finish_stage 8
 fi
-[ -f "${workdir}/RESULTS.md" ] && [ "${stop_stage}" -ge 8 ] && cat "${workdir}/RESULTS.md"
+
+# lm_checkpoint DIR: the LM checkpoint that decoding and rescoring read (slm_lm.model_dir's order)
+lm_checkpoint() { local f; for f in valid.loss.ave.pth valid.loss.best.pth latest.pth; do
+                      [ -f "$1/${f}" ] && { echo "$1/${f}"; return 0; }; done; echo "$1/valid.loss.ave.pth"; }
+if run_stage 9 pack; then
+    # ESPnet's pack (asr.sh's "Pack model" stage, espnet2.bin.pack asr): one zip with the ASR model, its config,
+    # feature statistics and tokenizer, the decoding config, RESULTS.md, and each LM of --lm_kinds (its config,
+    # checkpoint and tokenizer; the --fusion_lm one as ESPnet's --lm_train_config/--lm_file). Inside, the
+    # files keep their paths under the recipe directory, and unpacking rewrites the configs' paths to them.
+    need 4 "${asr_exp}/.done" "${asr_exp}/${inference_asr_model}"
+    packed="${asr_exp}/$(basename "${asr_exp}")_${inference_asr_model%.*}.zip"   # asr.sh's name
+    pack=(--asr_train_config "${asr_exp}/config.yaml" --asr_model_file "${asr_exp}/${inference_asr_model}"
+          --option "${asr_stats}/train/feats_stats.npz" --option "${token_dir}/bpe.model"
+          --option "${token_dir}/tokens.txt" --option "${decode_config}")
+    [ -f "${workdir}/RESULTS.md" ] && pack+=(--option "${workdir}/RESULTS.md")
+    for kind in ${lm_kinds}; do
+        lm_dir="$(lm_exp "${kind}")"
+        need 5 "${lm_dir}/.done"
+        if [ "${kind}" = "${fusion_lm}" ]; then
+            pack+=(--lm_train_config "${lm_dir}/config.yaml" --lm_file "$(lm_checkpoint "${lm_dir}")")
+        else
+            pack+=(--option "${lm_dir}/config.yaml" --option "$(lm_checkpoint "${lm_dir}")")
+        fi
+        start="$(lm_start "${kind}")"   # a fine-tuned LM's own tokenizer
+        [ -z "${start}" ] || pack+=(--option "${exp}/lm_init_${kind}_$(basename "${start}")/bpe.model"
+                                    --option "${exp}/lm_init_${kind}_$(basename "${start}")/tokens.txt")
+    done
+    rm -f "${packed}"
+    ${train_cmd} "${stage_log}" python -m espnet2.bin.pack asr "${pack[@]}" --outpath "${packed}"
+    [ -s "${packed}" ] || die "${packed} was not made, see ${stage_log}"
+    log "packed: ${packed}"
+    finish_stage 9
+fi
+[ -f "${workdir}/RESULTS.md" ] && [ "${stage}" -le 8 ] && [ "${stop_stage}" -ge 8 ] && cat "${workdir}/RESULTS.md"
 log "finished stages ${stage}..${stop_stage}"
 exit 0
 }

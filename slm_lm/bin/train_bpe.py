@@ -1,4 +1,4 @@
-"""slm-train-bpe: sentencepiece BPE on prepared LM text -> DIR/bpe.model + DIR/tokens.txt."""
+"""slm-train-bpe: a sentencepiece tokenizer (unigram or BPE) on prepared text -> DIR/bpe.model + DIR/tokens.txt."""
 
 import argparse
 import time
@@ -13,6 +13,9 @@ def main(argv=None):
     parser.add_argument("--vocab-size", type=int, default=5000, help="sentencepiece vocabulary size")
     parser.add_argument("--input-sentence-size", type=int, default=1_000_000,
                         help="at most this many sentences (a seeded sample) are used for training")
+    parser.add_argument("--model-type", choices=("unigram", "bpe"), default="bpe",
+                        help="sentencepiece model type (ESPnet's asr.sh --bpemode, whose default is unigram; "
+                             "bpe here, the shipped models' tokenizers)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-threads", type=int, default=1)
     parser.add_argument("--out", required=True, help="output directory")
@@ -20,7 +23,7 @@ def main(argv=None):
     started = time.time()
     try:
         tokenizer = train_bpe(args.text, args.out, args.vocab_size, args.input_sentence_size, args.seed,
-                              args.num_threads)
+                              args.num_threads, model_type=args.model_type)
     except InputError as e:
         fail("slm-train-bpe", e)
     print(f"wrote {args.out}/bpe.model and {args.out}/tokens.txt: {tokenizer.vocab_size} tokens "

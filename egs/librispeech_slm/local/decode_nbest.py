@@ -2,7 +2,7 @@
 """Decode a data directory (or one key-file shard of it) with ESPnet's Speech2Text; merge the shards.
 
     decode_nbest.py --asr-config exp/asr/config.yaml --asr-model exp/asr/valid.acc.ave.pth \
-        --decode-config conf/decode_asr.yaml --data data/dev_clean --keys logdir/keys.3.scp \
+        --decode-config conf/decode_asr_beam10.yaml --data data/dev_clean --keys logdir/keys.3.scp \
         --out exp/decode/dev_clean/logdir/output.3
     decode_nbest.py --merge 4 --data data/dev_clean --out exp/decode/dev_clean
 

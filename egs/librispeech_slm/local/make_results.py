@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write RESULTS.md in ESPnet's style: per set, the WER of the AM-only 1-best (baseline), of each
-rescored 1-best and of the 10-best oracle, with ESPnet's |Snt|Wrd|Corr|Sub|Del|Ins|Err|S.Err| columns
+rescored 1-best and of the 10-best oracle (and a CER summary beside), with ESPnet's |Snt|Wrd|Corr|Sub|Del|Ins|Err|S.Err| columns
 (jiwer alignments) and a summary table; then each LM's change against the baseline with a paired
 bootstrap interval, per set and over the --pool sets together (all from slm_lm.wer).
 
@@ -19,7 +19,7 @@ from slm_lm.fileio import write_atomic
 from slm_lm.nbest import read_espnet_nbest
 from slm_lm.scored_set import am_score, parse_am_weights
 from slm_lm.transcripts import read_text
-from slm_lm.wer import align_transcripts, paired_bootstrap, wer_columns, wer_table, word_errors
+from slm_lm.wer import align_transcripts, char_tokens, paired_bootstrap, wer_columns, wer_table, word_errors
 
 
 def utterance_errors(alignments):
@@ -38,6 +38,11 @@ def gain_rows(name, rows):
         out.append(f"|{label}|{name}|{r.wer_a:.2f}|{r.wer_b:.2f}|{r.delta:+.2f} ({100 * r.delta / r.wer_a:+.1f} %)|"
                    f"{r.ci_low:+.2f} .. {r.ci_high:+.2f}|{r.p_b_better:.3f}|")
     return out
+
+
+def cer_columns(refs, hyps, where):
+    """ESPnet's CER columns of `hyps` against `refs` (characters, `<space>` for a space)."""
+    return wer_columns(align_transcripts(char_tokens(refs), char_tokens(hyps), where))
 
 
 def oracle_hyps(nbest_lists, refs):
@@ -118,19 +123,23 @@ def main(argv=None):
     check_out(Path(args.out), inputs)
     lambdas = {name: read_tuning(rdir) for name, rdir in rdirs.items()}
     errors = {}  # errors[(system, set)] = (word errors, reference words) per utterance
+    cer = {name: {} for name in systems}  # CER columns per system and set
     for s in sets:
         refs = read_text(data / s / "text")
         d = decode_dir / s
         nbest_lists = read_espnet_nbest(d, args.nbest)
         base = align_transcripts(refs, am_only_hyps(nbest_lists, weights), d)
         systems["baseline (AM only)"][s] = wer_columns(base)
+        cer["baseline (AM only)"][s] = cer_columns(refs, am_only_hyps(nbest_lists, weights), d)
         errors["baseline", s] = utterance_errors(base)
         for name, rdir in rdirs.items():
             rescored = align_transcripts(refs, read_text(rdir / s / "1best_recog" / "text"), rdir / s)
             systems[f"rescored, {name}"][s] = wer_columns(rescored)
+            cer[f"rescored, {name}"][s] = cer_columns(refs, read_text(Path(rdir) / s / "1best_recog" / "text"), rdir)
             errors[name, s] = utterance_errors(rescored)
         oracle = align_transcripts(refs, oracle_hyps(nbest_lists, refs), d)
         systems[f"oracle ({args.nbest}-best)"][s] = wer_columns(oracle)
+        cer[f"oracle ({args.nbest}-best)"][s] = cer_columns(refs, oracle_hyps(nbest_lists, refs), d)
 
     import torch
     try:
@@ -148,6 +157,8 @@ def main(argv=None):
              "|dataset|" + "|".join(systems) + "|", "|---|" + "---|" * len(systems)]
     for s in sets:
         lines.append(f"|{s}|" + "|".join(f"{systems[n][s]['Err']:.2f}" for n in systems) + "|")
+    lines += ["", "## Summary (CER %)", "", "|dataset|" + "|".join(cer) + "|", "|---|" + "---|" * len(cer)]
+    lines += [f"|{s}|" + "|".join(f"{cer[n][s]['Err']:.2f}" for n in cer) + "|" for s in sets]
     if args.rescored:
         lines += ["", "## Rescoring against the baseline (paired bootstrap over utterances, "
                   f"{BOOTSTRAP_SAMPLES:,} resamples)", "",

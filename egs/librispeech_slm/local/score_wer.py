@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Score a decoding directory as ESPnet's asr.sh does: ``<dir>/text`` (the 1-best, from
 ``<dir>/1best_recog/text``), ``<dir>/score_wer/{ref,hyp}.trn`` (sclite trn, ``words\\t(spk-uttid)``)
-and ``<dir>/score_wer/result.txt``, the WER summary (ESPnet's columns, jiwer alignments).
+and ``<dir>/score_wer/result.txt``, the WER summary (ESPnet's columns, jiwer alignments); the same for the CER
+in ``<dir>/score_cer/`` (characters, ``<space>`` for a space, as asr.sh's score_cer).
 
-    score_wer.py --data data/dev_clean exp/asr_x/decode_asr_asr_model_valid.acc.ave/dev_clean
+    score_wer.py --data data/dev_clean exp/asr_x/decode_asr_beam10_asr_model_valid.acc.ave/dev_clean
 """
 import argparse
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
 from slm_lm.transcripts import read_text
-from slm_lm.wer import align_transcripts, wer_columns, wer_table
+from slm_lm.wer import align_transcripts, char_tokens, wer_columns, wer_table
 
 
 def trn(rows, spk):
@@ -41,7 +42,17 @@ def score_dir(decode, data):
     write_atomic(decode / "score_wer" / "ref.trn", trn(refs, spk))
     write_atomic(decode / "score_wer" / "hyp.trn", trn(hyps, spk))
     write_atomic(decode / "score_wer" / "result.txt", "\n".join(wer_table(f"WER, {decode.name}", [("Sum/Avg", c)])))
+    score_cer(decode, refs, hyps, spk)
     return c
+
+
+def score_cer(decode, refs, hyps, spk):
+    """Write score_cer/{ref,hyp}.trn and score_cer/result.txt (ESPnet's CER table) of one decoded set."""
+    refs, hyps = char_tokens(refs), char_tokens(hyps)
+    c = wer_columns(align_transcripts(refs, hyps, decode / "1best_recog" / "text"))
+    write_atomic(decode / "score_cer" / "ref.trn", trn(refs, spk))
+    write_atomic(decode / "score_cer" / "hyp.trn", trn(hyps, spk))
+    write_atomic(decode / "score_cer" / "result.txt", "\n".join(wer_table(f"CER, {decode.name}", [("Sum/Avg", c)])))
 
 
 def main(argv=None):
