@@ -1,5 +1,4 @@
 """slm_lm.corpora.bible (the mini corpus's text) and local/analyses/mini_heldout_text.py, which writes its dev/test books."""
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +33,6 @@ def test_a_verse_is_its_book_chapter_and_text(tmp_path):
                                                            ("Mark", 1, "The beginning of the gospel.")]
 
 
-@pytest.mark.skipif(shutil.which("bible") is None, reason="needs Debian's bible-kjv")
 def test_the_held_out_text_holds_every_verse_of_the_dev_and_test_books(tmp_path):
     out = tmp_path / "heldout.txt"
     subprocess.run([sys.executable, str(SCRIPT), str(out)], check=True, capture_output=True)
