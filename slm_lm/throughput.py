@@ -1,9 +1,12 @@
 """Training throughput, as the benchmarks measure it: random token batches, one bare training step
 (loss, backward, optimizer step), and the device's matmul peak that model FLOP utilisation is read against."""
+import argparse
 import statistics
 import time
 
 import torch
+
+from slm_lm.config import KINDS
 
 
 def random_batch(vocab: int, rows: int, length: int, device, generator):
@@ -39,3 +42,12 @@ def matmul_tflops(n: int, dtype, device, repeats: int = 5) -> float:
         synchronize(device)
         times.append(time.perf_counter() - start)
     return 2 * n**3 / statistics.median(times[1:]) / 1e12
+
+
+def kind_list(kinds: str) -> list:
+    """The comma-separated `--kinds` option as a list (an argparse `type`: an unknown kind is a usage error)."""
+    out = kinds.split(",")
+    unknown = set(out) - set(KINDS)
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown kinds {sorted(unknown)}; choose from {KINDS}")
+    return out

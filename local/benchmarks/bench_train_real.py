@@ -40,7 +40,7 @@ import yaml
 
 from espnet2.train.trainer import Trainer
 
-from slm_lm.config import KINDS, SIZES, lm_config
+from slm_lm.config import SIZES, lm_config
 from slm_lm.errors import InputError, fail
 from slm_lm.espnet_lm.checks import kind_token_list
 from slm_lm.espnet_lm.data import write_espnet_text
@@ -49,7 +49,7 @@ from slm_lm.espnet_lm.task import SlmLMTask
 from slm_lm.fileio import write_atomic
 from slm_lm.lm_text import PrepConfig, prepare_lm_text
 from slm_lm.models import model_from_config
-from slm_lm.throughput import matmul_tflops, random_batch, train_step
+from slm_lm.throughput import kind_list, matmul_tflops, random_batch, train_step
 
 REPO = Path(__file__).resolve().parents[2]
 BOOKS = REPO.parent / "shared" / "data" / "text" / "gutenberg"
@@ -61,7 +61,7 @@ PATHS = ("bare", "bare, real batches", "real")
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kinds", default="slm,clm", help="comma-separated LM kinds")
+    p.add_argument("--kinds", type=kind_list, default="slm,clm", help="comma-separated LM kinds")
     p.add_argument("--size", default="mini", choices=sorted(SIZES) + ["config"],
                    help="model size; config: the config's own lm_conf (the recipe's mini LM: 2 layers, d_model 128)")
     p.add_argument("--tokens", type=int, default=2048, help="real tokens per batch, <sos/eos> included")
@@ -78,19 +78,9 @@ def parse_args(argv=None):
     p.add_argument("--work-dir", help="where the ESPnet data and experiments go (default: a temporary dir)")
     p.add_argument("--json", help="also write the results here (atomically)")
     args = p.parse_args(argv)
-    args.kinds = kind_list(p, args.kinds)
     if args.tokens < args.length or args.length < 3 or args.epochs < 1 or args.iters < 1:
         p.error("need --length >= 3, --tokens >= --length, --epochs >= 1 and --iters >= 1")
     return args
-
-
-def kind_list(parser: argparse.ArgumentParser, kinds: str) -> list:
-    """The comma-separated `--kinds` as a list; unknown kinds end the program with a usage error."""
-    out = kinds.split(",")
-    unknown = set(out) - set(KINDS)
-    if unknown:
-        parser.error(f"unknown kinds {sorted(unknown)}; choose from {KINDS}")
-    return out
 
 
 def espnet_data(args, work: Path) -> dict:

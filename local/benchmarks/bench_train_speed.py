@@ -31,12 +31,12 @@ import torch
 from slm_lm import build_lm
 from slm_lm.config import KINDS, SIZES
 from slm_lm.fileio import write_atomic
-from slm_lm.throughput import matmul_tflops, random_batch, synchronize, train_step
+from slm_lm.throughput import kind_list, matmul_tflops, random_batch, synchronize, train_step
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kinds", default=",".join(KINDS), help="comma-separated LM kinds")
+    p.add_argument("--kinds", type=kind_list, default=",".join(KINDS), help="comma-separated LM kinds")
     p.add_argument("--size", default="mini", choices=sorted(SIZES))
     p.add_argument("--vocab", type=int, default=5003, help="vocabulary size (BPE 5000 + specials)")
     p.add_argument("--tokens", type=int, default=2048, help="tokens per batch (rows x length)")
@@ -50,22 +50,12 @@ def parse_args(argv=None):
     p.add_argument("--matmul-size", type=int, default=2048, help="n of the n x n matmul peak for MFU (0: skip)")
     p.add_argument("--json", help="also write the results here (atomically)")
     args = p.parse_args(argv)
-    args.kinds = kind_list(p, args.kinds)
     args.dtypes = args.dtype.split(",")
     if not args.dtypes or set(args.dtypes) - {"float32", "bfloat16"} or len(set(args.dtypes)) < len(args.dtypes):
         p.error(f"--dtype {args.dtype!r}: give float32 and/or bfloat16, comma-separated, each once")
     if args.tokens < args.length or args.length < 3:
         p.error("need --length >= 3 and --tokens >= --length")
     return args
-
-
-def kind_list(parser: argparse.ArgumentParser, kinds: str) -> list:
-    """The comma-separated `--kinds` as a list; unknown kinds end the program with a usage error."""
-    out = kinds.split(",")
-    unknown = set(out) - set(KINDS)
-    if unknown:
-        parser.error(f"unknown kinds {sorted(unknown)}; choose from {KINDS}")
-    return out
 
 
 def main(argv=None):
