@@ -154,33 +154,35 @@ def stock_args(token_list, lm="slm", model="slm_lm", **lm_conf) -> argparse.Name
 
 
 @pytest.mark.parametrize("kind", ["slm", "mlm", "tta"])
-def test_stock_lm_task_refuses_a_mask_kind_without_mask_in_the_token_list(tmp_path, kind):
+def test_stock_lm_task_adds_mask_to_an_asr_sh_token_list_as_our_task_does(tmp_path, kind):
     """ESPnet's own `LMTask.build_model` (as stock `lm_train` calls it) with asr.sh's token list: the kinds
-    that use <mask> fail with the fixes named, instead of taking the last piece as <mask>. A list with
-    <mask> before <sos/eos> (as config.yaml of an experiment trained by slm_lm.bin.lm_train) builds."""
+    that use <mask> get it before <sos/eos>, in args.token_list (which config.yaml and the preprocessor take)
+    and in the model, exactly as SlmLMTask builds them, instead of taking the last piece as <mask>. A list
+    that has <mask> is kept; an lm_conf mask_id pointing at another token is refused."""
     from espnet2.tasks.lm import LMTask
 
     from slm_lm.espnet_lm.registry import register_kinds
+    from slm_lm.espnet_lm.task import SlmLMTask
 
     register_kinds()
     tokens = tmp_path / "tokens.txt"
     tokens.write_text(ASR_SH_TOKENS)
-    message = (rf"--lm {kind} needs <mask> in its token list, but {tokens} has '\u2581B' at id 3.*"
-               r"python -m slm_lm.bin.lm_train.*it adds <mask> before <sos/eos>.*--token_list a list with <mask>")
-    with pytest.raises(InputError, match=message):
-        LMTask.build_model(stock_args(str(tokens), kind))
-    with pytest.raises(InputError, match=f"--lm {kind} needs <mask>"):
-        LMTask.build_model(stock_args(ASR_SH_TOKENS.split(), kind))
     with_mask = ["<blank>", "<unk>", "\u2581A", "\u2581B", "<mask>", "<sos/eos>"]
-    model = LMTask.build_model(stock_args(with_mask, kind))
-    assert model.lm.model.config.mask_id == 4
+    for token_list in (str(tokens), ASR_SH_TOKENS.split(), with_mask):
+        args = stock_args(token_list, kind)
+        model = LMTask.build_model(args)
+        assert args.token_list == with_mask
+        assert model.lm.model.config.mask_id == 4 and model.lm.model.config.vocab_size == 6
+        ours = stock_args(str(tokens), kind)
+        assert {k: v.shape for k, v in SlmLMTask.build_model(ours).state_dict().items()} == \
+            {k: v.shape for k, v in model.state_dict().items()} and ours.token_list == with_mask
     assert LMTask.build_model(stock_args(with_mask, kind, mask_id=4)).lm.model.config.mask_id == 4
-    with pytest.raises(InputError, match=f"--lm {kind} needs <mask>.*has '\u2581A' at id 2"):
-        LMTask.build_model(stock_args(with_mask, kind, mask_id=2))
+    with pytest.raises(InputError, match=f"--lm {kind}: lm_conf mask_id 2 is '\u2581A' in the token list, not <mask>"):
+        LMTask.build_model(stock_args(str(tokens), kind, mask_id=2))
 
 
 def test_stock_lm_task_builds_other_kinds_and_our_task_adds_the_mask(tmp_path):
-    """The check leaves clm/bilm and ESPnet's own LMs as they were; SlmLMTask (slm_lm.bin.lm_train) still
+    """The wrapper leaves clm/bilm and ESPnet's own LMs as they were; SlmLMTask (slm_lm.bin.lm_train) still
     inserts <mask> into asr.sh's list and builds; registering twice wraps once."""
     from espnet2.tasks.lm import LMTask
 

@@ -1005,10 +1005,11 @@ def test_readme_asr_sh_path_as_written():
     assert "decode_asr_nbest10_asr_model_valid.acc.ave/test_other" in section
     assert "slm-prepare-lm-text --books" in section and "--exclude dump/raw/dev_clean/text" in section
     assert "dump/raw/lm_train.txt" in section
-    assert '${cuda_cmd} --gpu 1 exp/lm_train_lm_slm_small_en_bpe5000/train.log python -m slm_lm.bin.lm_train' in section
+    assert "${cuda_cmd}" in section
     # every LM experiment the section reads (--lm exp/...) is the output of a command in it
     import re
     used = set(re.findall(r"--lm (exp/lm_[\w.]+)", section))
     assert used
-    for d in used:
-        assert f"--output_dir {d}" in section or f"{d}/train.log" in section, d
+    for d in used:  # asr.sh names the LM experiment after --lm_config: exp/lm_train_<config>_en_bpe5000
+        config = re.fullmatch(r"exp/lm_train_(\w+)_en_bpe5000", d).group(1)
+        assert f"--stop_stage 8 --lm_config conf/train_{config}.yaml" in section, d

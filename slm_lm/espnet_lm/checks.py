@@ -36,11 +36,8 @@ def kind_token_list(kind: str, token_list) -> list:
 
 
 def check_mask_token(kind: str, token_list, lm_conf, source: str) -> None:
-    """For the kinds that use `<mask>`: the token list must hold `<mask>` at the id the model will use
-    (`lm_conf` mask_id, by default the id before `<sos/eos>`), else `InputError` naming both fixes.
-
-    ESPnet's own `LMTask` builds the model from the token list as it is; asr.sh's list has no `<mask>`,
-    and the model would silently take its last real piece as `<mask>`."""
+    """For the kinds that use `<mask>`: the id the model will use as `<mask>` (`lm_conf` mask_id, by default
+    the id before `<sos/eos>`) must hold `<mask>` in `token_list`, else `InputError`."""
     if kind not in MASK_KINDS:
         return
     tokens = read_token_list(token_list)
@@ -50,13 +47,8 @@ def check_mask_token(kind: str, token_list, lm_conf, source: str) -> None:
     if mask_id < 0:
         mask_id = len(tokens) - 2
     if tokens[mask_id] != MASK:
-        where = "the token_list" if isinstance(token_list, (list, tuple)) else str(token_list)
-        raise InputError(
-            f"{source}: --lm {kind} needs {MASK} in its token list, but {where} has {tokens[mask_id]!r} at id "
-            f"{mask_id}, the id the model would use as {MASK} (an asr.sh token list has no {MASK}). Either train "
-            f"with `python -m slm_lm.bin.lm_train` (the same options; it adds {MASK} before <sos/eos>), or give "
-            f"--token_list a list with {MASK} on the line before <sos/eos>."
-        )
+        raise InputError(f"{source}: --lm {kind}: lm_conf mask_id {mask_id} is {tokens[mask_id]!r} in the token "
+                         f"list, not {MASK}; leave mask_id out ({MASK} is then the token before <sos/eos>)")
 
 
 def read_shape_file(path: str, max_tokens: int) -> dict:

@@ -10,17 +10,18 @@ calls it first (`slm_lm.bin.lm_train`, `slm_lm.bin.lm_calc_perplexity`, `slm_lm.
 `asr_inference`, as asr.sh runs them) and `Speech2Text` know the kinds. Importing slm_lm registers nothing.
 
 ESPnet's `LMTask.build_model` builds an LM from the token list as it is, and asr.sh's list has no `<mask>`:
-registration therefore also wraps that classmethod so that the kinds that use `<mask>` (slm, mlm, tta)
-refuse a token list without it at the id the model would use (`checks.check_mask_token`), instead of
-silently taking the last real piece as `<mask>`. ESPnet's own kinds pass straight through.
-`SlmLMTask` (`python -m slm_lm.bin.lm_train`) adds `<mask>` before building, so it passes the check,
-and so do experiments it trained (their config.yaml's token_list holds `<mask>`).
+registration therefore also wraps that classmethod so that, for the kinds that use `<mask>` (slm, mlm,
+tta), it first inserts `<mask>` before `<sos/eos>` exactly as `SlmLMTask` (`python -m slm_lm.bin.lm_train`)
+does (`checks.kind_token_list`). ESPnet builds the model before it writes config.yaml and before it builds
+the text preprocessor, so both take the list with `<mask>`: the pieces keep their ids, `<sos/eos>` moves
+one up, and the experiment is the one our own entry point would train. An `lm_conf` `mask_id` that points
+at another token is refused (`checks.check_mask_token`). ESPnet's own kinds pass straight through.
 """
 import argparse
 
 from espnet2.tasks.lm import LMTask, lm_choices, model_choices
 
-from slm_lm.espnet_lm.checks import check_mask_token, config_source
+from slm_lm.espnet_lm.checks import check_mask_token, config_source, kind_token_list
 from slm_lm.espnet_lm.espnet_model import SlmESPnetLanguageModel
 from slm_lm.espnet_lm.lm import LM_CLASSES
 
@@ -30,7 +31,7 @@ MODEL_NAME = "slm_lm"
 def register_kinds() -> None:
     """Add the slm_lm kinds to ESPnet's `--lm` choices and `SlmESPnetLanguageModel` as `--model slm_lm`.
 
-    Also wraps `LMTask.build_model` with the `<mask>` check (`check_build_model`). Idempotent. A name
+    Also wraps `LMTask.build_model` so that the kinds that use `<mask>` get it (`check_build_model`). Idempotent. A name
     ESPnet already uses for another class raises `RuntimeError` (no silent override).
     """
     for table, entries in ((lm_choices, LM_CLASSES), (model_choices, {MODEL_NAME: SlmESPnetLanguageModel})):
@@ -45,10 +46,12 @@ def register_kinds() -> None:
 
 
 def check_build_model(build_model):
-    """ESPnet's `LMTask.build_model` preceded by `check_mask_token` for the slm_lm kinds."""
+    """ESPnet's `LMTask.build_model`, for the slm_lm kinds after the token list is made the one they train with
+    (`<mask>` before `<sos/eos>` for slm, mlm and tta, as `SlmLMTask` does) and checked."""
 
     def checked_build_model(cls, args: argparse.Namespace):
         if getattr(args, "lm", None) in LM_CLASSES:
+            args.token_list = kind_token_list(args.lm, args.token_list)  # a list, as ESPnet itself stores it
             check_mask_token(args.lm, args.token_list, getattr(args, "lm_conf", None), config_source(args))
         return build_model(cls, args)
 
