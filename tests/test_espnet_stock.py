@@ -37,7 +37,7 @@ def installed(tmp_path_factory) -> Path:
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                check=True, capture_output=True, text=True).stdout.strip())
     (site / "base_env.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--ignore-installed",
                     "--prefix", str(root / "venv"), str(REPO)], check=True)
     assert (site / "slm_lm_espnet_hook.pth").is_file()
     return python

@@ -15,7 +15,7 @@ from slm_lm.bin import prepare_lm_text as prep_cli
 from slm_lm.bin import rescore as rescore_cli
 from slm_lm.bin import score as score_cli
 from slm_lm.bpe import train_bpe
-from slm_lm.errors import InputError
+from slm_lm.errors import CommandError, InputError
 from slm_lm.fileio import read_text_lines
 from slm_lm.nbest import load_nbest
 from slm_lm.score_cache import LMScoreCache, lm_scores
@@ -376,7 +376,7 @@ def test_a_failure_while_writing_outputs_leaves_the_previous_run_untouched(model
         raise OSError("disk full")
 
     monkeypatch.setattr(rescore_report, "plot_dev_wer", broken_plot)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(CommandError, match=r"cannot write the outputs \(disk full\); it is as it was"):
         rescore_cli.main(argv + ["--lambda-range", "0:2:1"])  # RESULTS.md is written before the plot
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.ref", "dev.tsv", "out"]
