@@ -9,6 +9,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 PTH = "slm_lm_espnet_hook.pth"
+PTH_LINE = "import slm_lm_espnet_hook; slm_lm_espnet_hook.install()\n"  # site runs a .pth line that starts with import
 
 
 class BuildPyWithPth(build_py):
@@ -17,7 +18,8 @@ class BuildPyWithPth(build_py):
     def run(self):
         super().run()
         top = self.get_finalized_command("install").install_lib if self.editable_mode else self.build_lib
-        self.copy_file(PTH, str(Path(top) / PTH))
+        Path(top).mkdir(parents=True, exist_ok=True)
+        (Path(top) / PTH).write_text(PTH_LINE)
 
     def get_outputs(self, include_bytecode=1):
         return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / PTH)]
