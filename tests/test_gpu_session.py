@@ -1,4 +1,5 @@
-"""local/gpu/gpu_session.py: the CPU dry run of a GPU session goes through every stage and leaves sane outputs."""
+"""local/gpu/gpu_session.py: `prepare` builds a data folder that fits the travel limit; the CPU dry run of
+`run` goes through every stage, trains both models and leaves files that would all come back."""
 import importlib.util
 import io
 import json
@@ -9,93 +10,25 @@ import sys
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from slm_lm.bin import pretrain as pretrain_cli
 from slm_lm.bpe import train_bpe
 from slm_lm.config import KINDS
+from slm_lm.pretrain import load_corpus
 from slm_lm.scorer import Scorer
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "local" / "gpu" / "gpu_session.py"
+NBEST = ROOT.parent / "shared" / "data" / "librispeech_nbest" / "dev_other"
 TEXT = """IN THE BEGINNING GOD CREATED THE HEAVEN AND THE EARTH
 AND THE EARTH WAS WITHOUT FORM AND VOID AND DARKNESS WAS UPON THE FACE OF THE DEEP
 AND THE SPIRIT OF GOD MOVED UPON THE FACE OF THE WATERS
 AND GOD SAID LET THERE BE LIGHT AND THERE WAS LIGHT
 IT'S A QUICK BROWN FOX JUMPING OVER THE LAZY DOG
 """
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    d = tmp_path_factory.mktemp("gpu_session")
-    (d / "train.txt").write_text(TEXT * 40)
-    (d / "valid.txt").write_text(TEXT)
-    train_bpe(d / "train.txt", d / "data", vocab_size=60)
-    for name in ("train", "valid"):
-        pretrain_cli.main(["encode", "--bpe-dir", str(d / "data"), "--text", str(d / f"{name}.txt"),
-                           "--out", str(d / "data" / f"{name}.ids.xz")])
-    return d / "data"
-
-
-def run(*args):
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=900,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
-
-
-def test_dry_run_goes_through_every_stage_and_brings_back_a_scoring_ready_model(data, tmp_path):
-    proc = run("--dry-run", "--data", data, "--out", tmp_path / "out", "--run-dir", tmp_path / "run", "--part-mib", "0.2")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    files = sorted(p.name for p in (tmp_path / "out").iterdir())
-    parts = [f for f in files if f.startswith("model.tar.")]
-    assert files == sorted(["curve.tsv", "session.log", "summary.json", "summary.md", *parts]) and len(parts) >= 2
-    assert len(files) <= 8 and all((tmp_path / "out" / f).stat().st_size <= 16 * 2**20 for f in files)
-    info = json.loads((tmp_path / "out" / "summary.json").read_text())
-    stages = info["stages"]
-    assert info["dry_run"] and list(stages) == ["tests", "parity", "latency_float32", "latency_bfloat16", "mfu", "train"]
-    assert all(s["status"] == "ok" for s in stages.values()), stages
-    assert stages["tests"]["results"]["passed"] >= 6 and "failed" not in stages["tests"]["results"]
-    parity = stages["parity"]["results"]
-    assert sorted(parity) == sorted(KINDS)
-    assert all(0 < r["max_abs_diff"] < 0.5 and r["sentences"] == 5 for r in parity.values())  # bf16 really ran
-    for dtype in ("float32", "bfloat16"):
-        rows = stages[f"latency_{dtype}"]["results"]
-        assert {(r["kind"], r["n"]) for r in rows} == {(k, n) for k in KINDS for n in (4, 8)}
-        assert all(r["seconds"] > 0 for r in rows)
-    mfu = stages["mfu"]["results"]
-    assert mfu["matmul_peak_tflops"] > 0 and sorted(r["kind"] for r in mfu["kinds"]) == sorted(KINDS)
-    for r in mfu["kinds"]:
-        assert r["model_tflops"] == pytest.approx(6 * r["params_m"] * 1e6 * r["tokens_per_s"] / 1e12)
-    card = stages["train"]["results"]
-    assert card["kind"] == "slm" and card["updates"] > 0 and math.isfinite(card["valid_ce"]) and card["finished"]
-    assert stages["train"]["parts"] == parts
-    curve = (tmp_path / "out" / "curve.tsv").read_text().splitlines()
-    assert curve[0].startswith("minutes\tupdates") and len(curve) >= 3
-    with tarfile.open(fileobj=io.BytesIO(b"".join((tmp_path / "out" / p).read_bytes() for p in parts))) as tar:
-        tar.extractall(tmp_path / "back")
-    scorer = Scorer.from_pretrained(tmp_path / "back" / "model")
-    assert scorer.model.config.kind == "slm" and all(math.isfinite(x) for x in scorer.score(["AND GOD SAID"]))
-    summary = (tmp_path / "out" / "summary.md").read_text()
-    assert summary.startswith("# GPU session (DRY RUN on CPU)") and "| slm |" in summary and "MFU" in summary
-
-    # The second command resumes the run while its checkpoint is there.
-    again = run("--dry-run", "--data", data, "--out", tmp_path / "out2", "--run-dir", tmp_path / "run",
-                "--stages", "train", "--resume", "--train-minutes", "0.1")
-    assert again.returncode == 0, again.stdout + again.stderr
-    train = json.loads((tmp_path / "out2" / "summary.json").read_text())["stages"]["train"]
-    assert train["note"] == "resumed" and train["results"]["updates"] > card["updates"]
-
-
-def test_without_a_gpu_or_its_data_it_stops_with_one_line(data, tmp_path):
-    missing = run("--data", tmp_path, "--out", tmp_path / "out")
-    assert missing.returncode == 2 and missing.stderr.strip().endswith("train.ids.xz: missing (make it with "
-                                                                       "slm-pretrain encode; see README.md)")
-    if not torch.cuda.is_available():
-        nogpu = run("--data", data, "--out", tmp_path / "out")
-        assert nogpu.returncode == 2 and len(nogpu.stderr.strip().splitlines()) == 1
-        assert "gpu_session: error: no CUDA device" in nogpu.stderr
-    assert not (tmp_path / "out").exists()
 
 
 @pytest.fixture(scope="module")
@@ -106,16 +39,139 @@ def gpu_session():
     return module
 
 
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """An encoded corpus as `slm-pretrain encode` makes it: 2,000 varied sentences (they compress like text)."""
+    d = tmp_path_factory.mktemp("gpu_corpus")
+    words = TEXT.split()
+    rng = np.random.default_rng(0)
+    lines = [" ".join(rng.choice(words, size=rng.integers(4, 20))) for _ in range(2000)]
+    (d / "train.txt").write_text(TEXT * 20 + "\n".join(lines) + "\n")
+    (d / "valid.txt").write_text(TEXT)
+    train_bpe(d / "train.txt", d / "corpus", vocab_size=60)
+    for name in ("train", "valid"):
+        pretrain_cli.main(["encode", "--bpe-dir", str(d / "corpus"), "--text", str(d / f"{name}.txt"),
+                           "--out", str(d / "corpus" / f"{name}.ids.xz")])
+    return d / "corpus"
+
+
+def run(*args):
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=900,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def test_prepare_cuts_the_corpus_to_what_fits_beside_the_repository(gpu_session, corpus, tmp_path):
+    roomy = run("prepare", "--corpus", corpus, "--data", tmp_path / "all", "--nbest", NBEST)
+    assert roomy.returncode == 0, roomy.stdout + roomy.stderr
+    assert sorted(p.name for p in (tmp_path / "all").iterdir()) == sorted(
+        ["bpe.model", "tokens.txt", "train.ids.xz", "train.ids.json", "valid.ids.xz", "valid.ids.json",
+         "nbest_texts.txt.xz", "prepared.json"])
+    assert (tmp_path / "all" / "train.ids.xz").read_bytes() == (corpus / "train.ids.xz").read_bytes()
+    texts = gpu_session.nbest_texts(NBEST)
+    assert len(texts) > 10_000 and len(set(texts)) == len(texts)
+
+    repo, carried = gpu_session.travel_bytes(ROOT, [tmp_path / "all"])
+    whole = (corpus / "train.ids.xz").stat().st_size
+    limit = (repo + carried - whole + whole / 2) / 2**20  # room for about half of the corpus
+    data = tmp_path / "data"
+    proc = run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST, "--travel-mib", limit,
+               "--spare-mib", 0)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    repo, carried = gpu_session.travel_bytes(ROOT, [data])
+    assert repo + carried <= limit * 2**20
+    kept, every = load_corpus(data / "train.ids.xz"), load_corpus(corpus / "train.ids.xz")
+    assert len(every) / 4 < len(kept) < len(every) and all(np.array_equal(a, b) for a, b in zip(kept, every))
+    assert f"{len(kept)} of {len(every)} training sentences" in proc.stdout
+
+    again = run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST, "--travel-mib", limit,
+                "--spare-mib", 0)  # a folder it made: made again
+    assert again.returncode == 0 and len(load_corpus(data / "train.ids.xz")) == len(kept)
+    full = run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST, "--travel-mib", repo / 2**20)
+    assert full.returncode == 2 and "no room for training sentences" in full.stderr
+    for other in (corpus, tmp_path / "user"):  # a folder it did not make is left alone
+        (tmp_path / "user").mkdir(exist_ok=True)
+        (tmp_path / "user" / "notes.txt").write_text("mine")
+        before = sorted(p.name for p in other.iterdir())
+        refused = run("prepare", "--corpus", corpus, "--data", other, "--nbest", NBEST)
+        assert refused.returncode == 2 and refused.stderr.startswith("gpu_session: error: --data")
+        assert len(refused.stderr.strip().splitlines()) == 1 and sorted(p.name for p in other.iterdir()) == before
+
+
+def test_dry_run_trains_both_models_and_everything_would_come_back(gpu_session, corpus, tmp_path):
+    data = tmp_path / "data"
+    assert run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST).returncode == 0
+    proc = run("run", "--dry-run", "--data", data, "--out", tmp_path / "out", "--run-dir", tmp_path / "run")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "gpu_session: would travel" in proc.stdout and "gpu_session: comes back: " in proc.stdout
+    files = sorted(p.name for p in (tmp_path / "out").iterdir())
+    parts = [f for f in files if f.startswith("models.tar.")]
+    assert files == sorted(["curves.tsv", "session.log", "summary.json", "summary.md", *parts]) and len(parts) >= 2
+    assert all((tmp_path / "out" / f).stat().st_size <= 16 * 2**20 for f in files)
+    info = json.loads((tmp_path / "out" / "summary.json").read_text())
+    stages = info["stages"]
+    assert info["dry_run"] and list(stages) == ["tests", "parity", "latency_float32", "latency_bfloat16", "rescoring",
+                                                "mfu", "train_slm", "train_clm"]
+    assert all(s["status"] == "ok" for s in stages.values()), stages
+    assert stages["tests"]["results"]["passed"] >= 6 and "failed" not in stages["tests"]["results"]
+    parity = stages["parity"]["results"]
+    assert sorted(parity) == sorted(KINDS)
+    assert all(0 < r["max_abs_diff"] < 0.5 and r["sentences"] == 5 for r in parity.values())  # bf16 really ran
+    for dtype in ("float32", "bfloat16"):
+        rows = stages[f"latency_{dtype}"]["results"]
+        assert {(r["kind"], r["n"]) for r in rows} == {(k, n) for k in KINDS for n in (4, 8)}
+    rescoring = stages["rescoring"]["results"]
+    assert sorted(r["kind"] for r in rescoring) == ["clm", "mlm", "slm"] and all(r["sent_per_s"] > 0 for r in rescoring)
+    mfu = stages["mfu"]["results"]
+    assert mfu["matmul_peak_tflops"] > 0 and sorted(r["kind"] for r in mfu["kinds"]) == sorted(KINDS)
+    cards = {kind: stages[f"train_{kind}"]["results"] for kind in ("slm", "clm")}
+    assert cards["slm"]["budget_minutes"] == cards["clm"]["budget_minutes"]  # the same training time
+    for kind, card in cards.items():
+        assert card["kind"] == kind and card["updates"] > 0 and math.isfinite(card["valid_ce"]) and card["finished"]
+        assert card["parameters"] == cards["slm"]["parameters"] > 10_000_000  # the shape the GPU trains
+    curves = (tmp_path / "out" / "curves.tsv").read_text().splitlines()
+    assert curves[0].startswith("kind\tminutes\tupdates") and {c.split("\t")[0] for c in curves[1:]} == {"slm", "clm"}
+    with tarfile.open(fileobj=io.BytesIO(b"".join((tmp_path / "out" / p).read_bytes() for p in parts))) as tar:
+        tar.extractall(tmp_path / "back")
+    for kind in ("slm", "clm"):
+        scorer = Scorer.from_pretrained(tmp_path / "back" / kind / "model")
+        assert scorer.model.config.kind == kind and all(math.isfinite(x) for x in scorer.score(["AND GOD SAID"]))
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert summary.startswith("# GPU session (DRY RUN on CPU)") and "| slm |" in summary and "MFU" in summary
+    assert "## trained models" in summary and summary.count(" | True |") == 2
+
+
+def test_the_dry_run_hides_what_the_gpu_machine_lacks(gpu_session, tmp_path):
+    args = gpu_session.parse_args(["run", "--dry-run", "--data", str(tmp_path), "--out", str(tmp_path / "out"),
+                                   "--run-dir", str(tmp_path / "run")])
+    session = gpu_session.Session(args)
+    for module in gpu_session.MISSING_ON_THE_GPU:
+        proc = subprocess.run([sys.executable, "-c", f"import {module}"], env=session.env, capture_output=True)
+        assert proc.returncode == 1 and b"ModuleNotFoundError" in proc.stderr
+    assert subprocess.run([sys.executable, "-c", "import slm_lm.scorer"], env=session.env).returncode == 0
+
+
+def test_without_a_gpu_or_its_data_it_stops_with_one_line(corpus, tmp_path):
+    missing = run("run", "--data", tmp_path, "--out", tmp_path / "out")
+    assert missing.returncode == 2 and missing.stderr.strip().endswith(
+        "train.ids.xz: missing (make it with `gpu_session.py prepare`)")
+    if not torch.cuda.is_available():
+        for name in ("bpe.model", "tokens.txt", "train.ids.xz", "valid.ids.xz"):
+            (tmp_path / name).write_bytes((corpus / name).read_bytes())
+        (tmp_path / "nbest_texts.txt.xz").write_bytes(b"")
+        nogpu = run("run", "--data", tmp_path, "--out", tmp_path / "out")
+        assert nogpu.returncode == 2 and len(nogpu.stderr.strip().splitlines()) == 1
+        assert "gpu_session: error: no CUDA device" in nogpu.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_stage_past_its_limit_is_stopped_and_reported(gpu_session, tmp_path):
-    args = gpu_session.parse_args(["--dry-run", "--data", str(tmp_path), "--out", str(tmp_path / "out"),
+    args = gpu_session.parse_args(["run", "--dry-run", "--data", str(tmp_path), "--out", str(tmp_path / "out"),
                                    "--run-dir", str(tmp_path / "run")])
     result = gpu_session.Session(args).call("sleep", [sys.executable, "-c", "import time; time.sleep(30)"], 1)
     assert result["status"] == "timed out" and result["seconds"] < 20
 
 
-def test_a_second_command_without_the_checkpoint_trains_a_run_that_fits_it(gpu_session):
-    assert gpu_session.train_budget(True, True, 12, 300) == (12, "resumed")
-    assert gpu_session.train_budget(False, False, 12, 300) == (12, "new run")  # command 1: a second one follows
-    minutes, note = gpu_session.train_budget(False, True, 12, 300)
-    assert minutes == 5 and note.startswith("no checkpoint")
-    assert gpu_session.train_budget(False, True, 3, 300)[0] == 3
+def test_both_models_get_the_same_share_of_what_is_left(gpu_session):
+    assert gpu_session.training_minutes(400, 3.0, 40, 2.0) == pytest.approx(160 / 60)  # (400 / 2 - 40) s each
+    assert gpu_session.training_minutes(1000, 3.0, 40, 2.0) == 3.0  # at most the cap
+    assert gpu_session.training_minutes(300, 3.0, 40, 2.0) == 0.0  # under the least: not worth starting

@@ -4,7 +4,9 @@ Models are save_pretrained / ESPnet dirs (``--model DIR``) or random weights of 
 (``--random-init slm:small``, needs ``--tokenizer DIR`` with ``bpe.model`` + ``tokens.txt``): speed does
 not depend on the weights. Each model scores the same texts through ``slm_lm.scorer.Scorer``, as
 ``slm-rescore`` does. With ``--sample S`` only S texts drawn at random (seeded) are timed and the time
-is scaled to all unique texts (marked '~'); MLM-PLL on a CPU needs this. Example (BENCHMARKS.md)::
+is scaled to all unique texts (marked '~'); MLM-PLL on a CPU needs this. ``--texts FILE`` times the texts
+of a file instead (one a line, duplicates dropped; ``.xz`` read as lzma), e.g. the unique hypotheses of a
+set written on a machine that has it. Example (BENCHMARKS.md)::
 
     .venv/bin/python local/benchmarks/bench_rescore_speed.py --tokenizer exp/bench_rescore/tok \\
         --random-init clm:small --random-init slm:small --random-init mlm:small \\
@@ -13,6 +15,7 @@ is scaled to all unique texts (marked '~'); MLM-PLL on a CPU needs this. Example
 
 import argparse
 import json
+import lzma
 import platform
 import random
 import time
@@ -32,7 +35,8 @@ DEFAULT_SET = Path(__file__).resolve().parents[2].parent / "shared/data/librispe
 
 def build_scorers(args) -> list[tuple[str, Scorer]]:
     """(label, scorer) for every --model and --random-init."""
-    out = [(Path(d).name, load_scorer(d, device=args.device, max_tokens=args.max_tokens)) for d in args.model]
+    options = dict(device=args.device, dtype=args.dtype, max_tokens=args.max_tokens)
+    out = [(Path(d).name, load_scorer(d, **options)) for d in args.model]
     if args.random_init:
         if not args.tokenizer:
             raise InputError("--random-init needs --tokenizer DIR (bpe.model + tokens.txt)")
@@ -41,11 +45,29 @@ def build_scorers(args) -> list[tuple[str, Scorer]]:
             kind, _, size = spec.partition(":")
             torch.manual_seed(0)
             model = build_lm(kind, tokenizer.vocab_size, size or "small")
-            scorer = Scorer(model, tokenizer, args.device, max_tokens=args.max_tokens)
+            scorer = Scorer(model, tokenizer, **options)
             out.append((f"{kind}:{size or 'small'} (random)", scorer))
     if not out:
         raise InputError("give at least one --model DIR or --random-init KIND:SIZE")
     return out
+
+
+def unique_texts(args) -> tuple[list[str], str]:
+    """(the sorted unique texts to time, where they come from) of --texts or of the N-best set."""
+    if args.texts:
+        opener = lzma.open if args.texts.endswith(".xz") else open
+        try:
+            with opener(args.texts, "rt", encoding="utf-8") as handle:
+                texts = sorted({line.strip() for line in handle if line.strip()})
+        except (OSError, lzma.LZMAError, UnicodeDecodeError) as e:
+            raise InputError(f"{args.texts}: cannot read: {e}") from None
+        if not texts:
+            raise InputError(f"{args.texts}: no text to score")
+        return texts, f"`{Path(args.texts).name}` ({len(texts)} unique texts)"
+    nb = load_nbest(args.nbest_dir, nbest=args.nbest)
+    texts = sorted({h.text for hyps in nb.hyps.values() for h in hyps})
+    return texts, (f"the unique hypothesis texts of `{Path(args.nbest_dir).name}` {args.nbest}-best "
+                   f"({nb.n_hyps} hypotheses, {len(texts)} unique texts)")
 
 
 def time_scorer(scorer: Scorer, texts: list[str], device: str) -> tuple[float, float]:
@@ -68,6 +90,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nbest-dir", default=str(DEFAULT_SET), help="N-best set (default: shared dev_other)")
     p.add_argument("--nbest", type=int, default=10)
+    p.add_argument("--texts", help="time the texts of this file (one a line; .xz: lzma) instead of an N-best set")
     p.add_argument("--model", action="append", default=[], help="model dir (repeatable)")
     p.add_argument("--random-init", action="append", default=[], help="KIND:SIZE with random weights (repeatable)")
     p.add_argument("--tokenizer", default=None, help="dir with bpe.model + tokens.txt for --random-init")
@@ -75,16 +98,17 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16", "auto"),
+                   help="the Scorer's dtype (autocast on CUDA)")
     p.add_argument("--max-tokens", type=int, default=8192, help="Scorer batch budget (padded tokens)")
     p.add_argument("--out", default=None, help="write the markdown table here (and .json beside it)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     try:
-        nb = load_nbest(args.nbest_dir, nbest=args.nbest)
+        unique, source = unique_texts(args)
         scorers = build_scorers(args)
     except InputError as err:
         fail("bench_rescore_speed", err)
-    unique = sorted({h.text for hyps in nb.hyps.values() for h in hyps})
     timed = unique
     if 0 < args.sample < len(unique):
         timed = random.Random(args.seed).sample(unique, args.sample)
@@ -102,8 +126,7 @@ def main(argv=None) -> None:
     base = next((r for r in rows if r["kind"] == "clm"), None)
     mark = "~" if scale > 1 else ""
     lines = [
-        f"Scoring the unique hypothesis texts of `{Path(args.nbest_dir).name}` {args.nbest}-best "
-        f"({nb.n_hyps} hypotheses, {len(unique)} unique texts); device {args.device}, {args.threads} threads, "
+        f"Scoring {source}; device {args.device}, {args.dtype}, {args.threads} threads, "
         f"torch {torch.__version__}, {platform.processor() or platform.machine()}; Scorer max_tokens "
         f"{args.max_tokens}." + (f" Timed {len(timed)} random texts (seed {args.seed}), scaled x{scale:.1f} (~)."
                                  if scale > 1 else ""),

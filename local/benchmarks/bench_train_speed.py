@@ -38,6 +38,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kinds", type=kind_list, default=",".join(KINDS), help="comma-separated LM kinds")
     p.add_argument("--size", default="mini", choices=sorted(SIZES))
+    for name in ("n_layers", "d_model", "n_heads", "d_ff"):
+        p.add_argument("--" + name.replace("_", "-"), type=int, help=f"{name} instead of the --size one")
     p.add_argument("--vocab", type=int, default=5003, help="vocabulary size (BPE 5000 + specials)")
     p.add_argument("--tokens", type=int, default=2048, help="tokens per batch (rows x length)")
     p.add_argument("--length", type=int, default=32, help="tokens per row, <sos/eos> included")
@@ -55,6 +57,7 @@ def parse_args(argv=None):
         p.error(f"--dtype {args.dtype!r}: give float32 and/or bfloat16, comma-separated, each once")
     if args.tokens < args.length or args.length < 3:
         p.error("need --length >= 3 and --tokens >= --length")
+    args.shape = {k: getattr(args, k) for k in ("n_layers", "d_model", "n_heads", "d_ff") if getattr(args, k)}
     return args
 
 
@@ -69,7 +72,8 @@ def main(argv=None):
     for kind in args.kinds:
         for name in args.dtypes:
             torch.manual_seed(0)
-            model = build_lm(kind, args.vocab, args.size, max_positions=max(512, args.length)).to(device).train()
+            model = build_lm(kind, args.vocab, args.size, max_positions=max(512, args.length), **args.shape)
+            model = model.to(device).train()
             optimizer = torch.optim.AdamW(model.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01)
             setups[kind, name] = (model, optimizer, getattr(torch, name))
             for i in range(args.warmup):
@@ -103,7 +107,8 @@ def main(argv=None):
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     measured = [f"{name} {args.matmul_size}^2 matmul peak {peaks[name]:.3g} TFLOP/s" for name in args.dtypes
                 if peaks[name]]
-    print(f"size {args.size}, vocab {args.vocab}, {rows} x {args.length} = {tokens} tokens/batch, "
+    shape = "".join(f", {k} {v}" for k, v in args.shape.items())
+    print(f"size {args.size}{shape}, vocab {args.vocab}, {rows} x {args.length} = {tokens} tokens/batch, "
           f"{args.threads} threads, {args.device} ({device_name}), {args.dtype}, median of {args.steps} steps"
           + (", dtypes interleaved" if several else "") + "; "
           + ("; ".join(measured) if measured else "no matmul peak measured"))

@@ -1,106 +1,214 @@
 #!/usr/bin/env python3
-"""A time-boxed GPU benchmark-and-train run: the CUDA tests, bf16-vs-fp32 parity, the scoring latency table,
-training throughput (MFU), then a `small` SLM pre-trained on an encoded corpus (--data); results under --out.
+"""One GPU command: measure the GPU, then train an SLM and a CLM of one shape for equal GPU time.
 
-A command has a wall-clock budget (--command-minutes). Its stages run in this order, each a subprocess with
-a time limit (one that fails or runs out of time is reported, and the next one runs):
-  tests    pytest --device cuda -m device: the tests that take the `device` fixture (tests/conftest.py)
-  parity   local/benchmarks/bf16_parity.py: |bf16 - fp32| sentence scores of every kind (small, random weights)
-  latency  local/benchmarks/bench_scoring.py in fp32 and bf16: paper Table 5's lengths 10/100/500, small and base
-  mfu      local/benchmarks/bench_train_speed.py: tokens/s, model FLOP/s = 6 x params x tokens/s, MFU (small, bf16)
-  train    slm-pretrain train: a `small` SLM in bf16 for --train-minutes in all, ending by this command's
-           deadline; a later command with --resume continues it from RUN_DIR/slm/checkpoint.pt (--run-dir),
-           or, where that checkpoint is missing, trains a new run that fits the time it has
+`prepare` (on CPU, where the corpus is) builds the folder that travels to the GPU machine beside the
+repository from an encoded corpus (`slm-pretrain encode`), sized so that both fit the limit (--travel-mib):
+  train.ids.xz   the first sentences of the corpus that fit
+  valid.ids.xz   its validation sentences; bpe.model, tokens.txt: the tokenizer
+  nbest_texts.txt.xz  the unique hypothesis texts of a real 10-best set (scoring throughput)
 
---out gets at most 8 flat files: summary.md, summary.json, session.log (every stage's output), curve.tsv,
-model.tar.00, model.tar.01, ... (the exported fp16 model directory and its curve, in at most 4 parts of
---part-mib: `cat model.tar.* | tar -x`).
+`run` (on the GPU machine, or --dry-run on CPU) runs these stages within a wall-clock budget (--minutes),
+each a subprocess with a time limit (one that fails or runs out of time is reported, and the next one runs):
+  tests      pytest --device cuda -m device: the tests that take the `device` fixture (tests/conftest.py)
+  parity     local/benchmarks/bf16_parity.py: |bf16 - fp32| sentence scores of every kind
+  latency    local/benchmarks/bench_scoring.py in fp32 and bf16: the paper's Table 5 (small and base, n =
+             10/100/500, every kind)
+  rescoring  local/benchmarks/bench_rescore_speed.py: sentences/s of SLM, CLM and MLM over nbest_texts
+  mfu        local/benchmarks/bench_train_speed.py: tokens/s and MFU of every kind at the trained shape
+  train      slm-pretrain train: the SLM, then the CLM, each for the same minutes of training (what the
+             measurements leave, at most --train-minutes), validated every --valid-every minutes
+--out gets at most 8 files, none over 16 MiB: summary.md, summary.json, session.log (every stage's output),
+curves.tsv, and models.tar.00, ... (both fp16 model directories: `cat models.tar.* | tar -x`).
 
-  python local/gpu/gpu_session.py --data exp/gpu/data --out exp/gpu/out1                            # all stages
-  python local/gpu/gpu_session.py --data exp/gpu/data --out exp/gpu/out2 --stages train --resume   # train on
-  python local/gpu/gpu_session.py --dry-run --data DIR --out DIR    # the same path on CPU, tiny (~1 min of CPU)
+  python local/gpu/gpu_session.py prepare --corpus exp/pretrain/data --data exp/gpu/data
+  python local/gpu/gpu_session.py run --dry-run --data exp/gpu/data --out exp/gpu/dry   # rehearsal on CPU
+  python3 local/gpu/gpu_session.py run --data exp/gpu/data --out "$OUT"                 # on the GPU
 """
 import argparse
 import io
 import json
+import lzma
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-from slm_lm.errors import fail
+from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
+from slm_lm.nbest import load_nbest
+from slm_lm.pretrain.corpus import load_corpus, read_ids, write_corpus
+from slm_lm.tokenizer import Tokenizer
 
-STAGES = ("tests", "parity", "latency", "mfu", "train")
-DATA_FILES = ("train.ids.xz", "valid.ids.xz", "bpe.model", "tokens.txt")
-MAX_PARTS = 4  # with summary.md, summary.json, session.log and curve.tsv: at most 8 files in --out
-# Per mode: the stages' time limits (s), the seconds kept for training and for its start and export, and
-# the sizes. The dry run's limits are loose: a loaded CPU must not time it out.
+ROOT = Path(__file__).resolve().parents[2]
+STAGES = ("tests", "parity", "latency", "rescoring", "mfu", "train")
+DATA_FILES = ("train.ids.xz", "valid.ids.xz", "bpe.model", "tokens.txt", "nbest_texts.txt.xz")
+KINDS = ("slm", "clm")  # trained one after the other, for the same minutes
+SHAPE = dict(n_layers=6, d_model=384, n_heads=6, d_ff=1536, max_positions=256)
+MIB = 2**20
+PREPARED = "prepared.json"  # marks a folder gpu_session made (it may rewrite that one only)
+BACK_FILES, BACK_FILE_MIB, BACK_MIB = 8, 16, 64  # what comes back from a GPU machine
+MISSING_ON_THE_GPU = ("espnet", "espnet2", "jiwer", "kaldiio")  # not installed there: the dry run hides them
+
+# Per mode: the stages' options and time limits (s); the command's minutes; the training's most and least
+# minutes per model, validation interval (minutes), and seconds per run beside its training (start,
+# validations, export); the seconds kept free at the end. The measurements are cut short to leave both
+# models their least training. The dry run keeps the trained shape (the exported models have their real
+# size) and shrinks everything else.
 PLANS = {
     "gpu": dict(
-        limits=dict(tests=150, parity=60, latency=150, mfu=120), train_reserve=180, train_margin=60,
+        limits=dict(tests=60, parity=30, latency=45, rescoring=30, mfu=30),
         tests=[], parity=["--size", "small", "--sentences", "200"],
-        latency=["--sizes", "small,base", "--lengths", "10,100,500", "--repeats", "5", "--mlm-max-tokens", "65536",
-                 "--mlm-sample-chunks", "4"],
-        mfu=["--size", "small", "--tokens", "16384", "--length", "128", "--steps", "10", "--warmup", "2",
-             "--matmul-size", "8192"],
-        train=["--size", "small", "--batch-tokens", "16384", "--valid-every", "1"],
-        train_minutes=10.0, command_minutes=9.25),
+        latency=["--sizes", "small,base", "--lengths", "10,100,500", "--repeats", "5", "--modes", "latency",
+                 "--mlm-max-tokens", "65536"],
+        rescoring=["--random-init", "slm:small", "--random-init", "clm:small", "--random-init", "mlm:small",
+                   "--max-tokens", "65536"],
+        mfu=["--tokens", "65536", "--length", "64", "--steps", "10", "--warmup", "3", "--matmul-size", "8192"],
+        train=["--batch-tokens", "65536", "--valid-sentences", "0"],
+        minutes=9.0, train_minutes=3.0, train_least=2.0, valid_every=0.5, train_start=45, end_margin=15),
     "dry": dict(
-        limits=dict(tests=300, parity=180, latency=180, mfu=180), train_reserve=60, train_margin=30,
+        limits=dict(tests=300, parity=120, latency=180, rescoring=180, mfu=300),
         tests=["-k", "test_clm_ignores_the_future or test_alone_equals_inside_padded_batch"],
         parity=["--size", "tiny", "--sentences", "5"],
         latency=["--sizes", "tiny", "--lengths", "4,8", "--repeats", "1", "--modes", "latency", "--vocab", "50",
-                 "--mlm-sample-chunks", "1", "--threads", "1"],
-        mfu=["--size", "tiny", "--tokens", "256", "--steps", "1", "--matmul-size", "256", "--threads", "1"],
-        train=["--size", "tiny", "--batch-tokens", "256", "--valid-every", "0.02", "--valid-sentences", "20",
-               "--threads", "1"],
-        train_minutes=0.05, command_minutes=30.0),
+                 "--threads", "1"],
+        rescoring=["--random-init", "slm:tiny", "--random-init", "clm:tiny", "--random-init", "mlm:tiny",
+                   "--sample", "20", "--threads", "1"],
+        mfu=["--tokens", "256", "--length", "32", "--steps", "1", "--warmup", "0", "--matmul-size", "256",
+             "--threads", "1"],
+        train=["--batch-tokens", "1024", "--valid-sentences", "20", "--threads", "1"],
+        minutes=60.0, train_minutes=0.1, train_least=0.05, valid_every=0.05, train_start=120, end_margin=20),
 }
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", required=True, help="train.ids.xz, valid.ids.xz, bpe.model, tokens.txt (slm-pretrain encode)")
-    p.add_argument("--out", required=True, help="results folder: summary, session log, curve and the model in parts")
-    p.add_argument("--run-dir", default=str(ROOT / "exp/gpu/run"),
-                   help="benchmark JSONs and the training run (whose checkpoint --resume continues)")
-    p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, from {','.join(STAGES)}")
-    p.add_argument("--dry-run", action="store_true", help="CPU, tiny models and budgets: rehearse every stage")
-    p.add_argument("--command-minutes", type=float, help="this command's wall-clock budget (default 9.25; dry 30)")
-    p.add_argument("--train-minutes", type=float, help="the SLM's training budget over all commands (default 10; dry 0.05)")
-    p.add_argument("--resume", action="store_true",
-                   help="this command continues the run in --run-dir; without its checkpoint, train a new run "
-                        "that fits this command instead")
-    p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (untuned for this budget)")
-    p.add_argument("--warmup", type=float, default=0.1, help="warm-up share of the training budget")
-    p.add_argument("--part-mib", type=float, default=15.0, help="size of the model.tar.NN parts")
+    sub = p.add_subparsers(dest="command", required=True)
+    prep = sub.add_parser("prepare", help="build the data folder that travels (on CPU)")
+    prep.add_argument("--corpus", required=True,
+                      help="train.ids.xz, valid.ids.xz, bpe.model, tokens.txt (slm-pretrain encode)")
+    prep.add_argument("--data", required=True, help="the folder to build (git-ignored: it travels as a carry path)")
+    prep.add_argument("--nbest", default=str(ROOT.parent / "shared/data/librispeech_nbest/dev_other"),
+                      help="the N-best set whose unique 10-best texts time the scoring")
+    prep.add_argument("--travel-mib", type=float, default=64.0, help="what may travel: repository + --data")
+    prep.add_argument("--spare-mib", type=float, default=1.0, help="kept free under --travel-mib")
+    run = sub.add_parser("run", help="the GPU command (or its CPU rehearsal with --dry-run)")
+    run.add_argument("--data", required=True, help="the folder `prepare` built")
+    run.add_argument("--out", required=True, help="results folder: summaries, session log, curves, models in parts")
+    run.add_argument("--run-dir", default=str(ROOT / "exp/gpu/run"), help="benchmark JSONs and the training runs")
+    run.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, from {','.join(STAGES)}")
+    run.add_argument("--dry-run", action="store_true", help="on CPU, small benchmarks and budgets: rehearse it")
+    run.add_argument("--minutes", type=float, help="the command's wall-clock budget (default 9; dry 60)")
+    run.add_argument("--train-minutes", type=float, help="most training minutes per model (default 3; dry 0.1)")
+    run.add_argument("--lr", type=float, default=2e-3, help="peak learning rate of both models")
+    run.add_argument("--warmup", type=float, default=0.05, help="warm-up share of the training budget")
+    run.add_argument("--part-mib", type=float, default=15.5, help="size of the models.tar.NN parts")
     args = p.parse_args(argv)
-    args.stages = args.stages.split(",")
-    unknown = sorted(set(args.stages) - set(STAGES))
-    if unknown:
-        p.error(f"unknown stages {unknown}; choose from {','.join(STAGES)}")
-    args.data, args.out, args.run_dir = (str(Path(d).resolve()) for d in (args.data, args.out, args.run_dir))
-    args.plan = PLANS["dry" if args.dry_run else "gpu"]
-    args.device = "cpu" if args.dry_run else "cuda"
-    args.command_minutes = args.command_minutes or args.plan["command_minutes"]
-    args.train_minutes = args.train_minutes or args.plan["train_minutes"]
+    if args.command == "run":
+        args.stages = args.stages.split(",")
+        unknown = sorted(set(args.stages) - set(STAGES))
+        if unknown:
+            p.error(f"unknown stages {unknown}; choose from {','.join(STAGES)}")
+        args.plan = PLANS["dry" if args.dry_run else "gpu"]
+        args.device = "cpu" if args.dry_run else "cuda"
+        args.minutes = args.minutes or args.plan["minutes"]
+        args.train_minutes = args.train_minutes or args.plan["train_minutes"]
+    for name in ("data", "out", "run_dir", "corpus"):
+        if getattr(args, name, None):
+            setattr(args, name, str(Path(getattr(args, name)).resolve()))
     return args
 
+
+# ---------------------------------------------------------------- what travels and what comes back
+
+def travel_bytes(root: Path, carry: list) -> tuple[int, int]:
+    """(bytes of the repository's files that travel: tracked and untracked but not ignored, bytes under the
+    `carry` paths)."""
+    listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            capture_output=True, check=True).stdout.split(b"\0")
+    files = {root / name.decode() for name in listed if name}
+    carried = {f for c in carry for f in ([Path(c)] if Path(c).is_file() else Path(c).rglob("*")) if f.is_file()}
+    repo = sum(f.stat().st_size for f in files - carried if f.is_file())
+    return repo, sum(f.stat().st_size for f in carried)
+
+
+def check_back(out: Path) -> list:
+    """(name, bytes) of the files in `out`; ValueError if they would not all come back."""
+    files = sorted((f.name, f.stat().st_size if f.is_file() else -1) for f in out.iterdir())
+    problems = [f"{name} is a folder" for name, size in files if size < 0]
+    problems += [f"{name} is over {BACK_FILE_MIB} MiB" for name, size in files if size > BACK_FILE_MIB * MIB]
+    if len(files) > BACK_FILES:
+        problems.append(f"{len(files)} files, over {BACK_FILES}")
+    if sum(s for _, s in files) > BACK_MIB * MIB:
+        problems.append(f"{sum(s for _, s in files) / MIB:.1f} MiB in all, over {BACK_MIB}")
+    if problems:
+        raise ValueError(f"{out}: would not all come back: {'; '.join(problems)}")
+    return files
+
+
+# ---------------------------------------------------------------- prepare (CPU)
+
+def nbest_texts(nbest_dir) -> list:
+    """The sorted unique hypothesis texts of an N-best set's 10-best lists."""
+    nb = load_nbest(nbest_dir, nbest=10)
+    return sorted({h.text for hyps in nb.hyps.values() for h in hyps})
+
+
+def prepare(args) -> None:
+    """Build --data from --corpus: the tokenizer, valid.ids.xz, nbest_texts.txt.xz, and the first sentences
+    of train.ids.xz that fit the travel limit beside the repository."""
+    corpus, data = Path(args.corpus), Path(args.data)
+    if corpus == data:
+        raise InputError(f"--data {data} is the --corpus folder; give another folder")
+    if data.is_dir() and any(data.iterdir()) and not (data / PREPARED).exists():
+        raise InputError(f"--data {data}: a folder that `prepare` did not make; give a new folder")
+    tokenizer = Tokenizer.from_dir(corpus)
+    ids = read_ids(corpus / "train.ids.xz", tokenizer)
+    load_corpus(corpus / "valid.ids.xz", tokenizer)
+    data.mkdir(parents=True, exist_ok=True)
+    write_atomic(data / PREPARED, json.dumps({"corpus": str(corpus), "nbest": str(args.nbest)}) + "\n")
+    for name in ("bpe.model", "tokens.txt", "valid.ids.xz", "valid.ids.json"):
+        write_atomic(data / name, (corpus / name).read_bytes())
+    write_atomic(data / "nbest_texts.txt.xz", lzma.compress(("\n".join(nbest_texts(args.nbest)) + "\n").encode()))
+    ends = np.flatnonzero(ids == 0)
+    kept, size = len(ends), (corpus / "train.ids.xz").stat().st_size
+    for name in ("train.ids.xz", "train.ids.json"):  # an earlier `prepare`'s
+        (data / name).unlink(missing_ok=True)
+    repo, carried = travel_bytes(ROOT, [data])
+    room = (args.travel_mib - args.spare_mib) * MIB - repo - carried - 1024  # 1024: train.ids.json
+    if room < size / len(ends):
+        raise InputError(f"--travel-mib {args.travel_mib}: no room for training sentences beside the repository "
+                         f"({repo / MIB:.2f} MiB) and the other data ({carried / MIB:.2f} MiB)")
+    while size > room:  # the compressed size is close to proportional to the sentences kept
+        kept = int(kept * room / size * 0.995)
+        size = write_corpus(ids[: ends[kept - 1] + 1], tokenizer, data / "train.ids.xz")["bytes"]
+        print(f"gpu_session: the first {kept} sentences: {size / MIB:.2f} MiB", flush=True)
+    if kept == len(ends):
+        for name in ("train.ids.json", "train.ids.xz"):
+            write_atomic(data / name, (corpus / name).read_bytes())
+    repo, carried = travel_bytes(ROOT, [data])
+    print(f"gpu_session: {data}: {kept} of {len(ends)} training sentences ({ends[kept - 1] + 1 - kept} pieces); "
+          f"travels {(repo + carried) / MIB:.2f} MiB: repository {repo / MIB:.2f} MiB + data {carried / MIB:.2f} MiB "
+          f"(limit {args.travel_mib} MiB)")
+
+
+# ---------------------------------------------------------------- run (GPU, or CPU with --dry-run)
 
 def check_inputs(args) -> str:
     """The device's name; one-line errors for a missing data file, --out on an input, or no GPU (unless --dry-run)."""
     for name in DATA_FILES:
         if not (Path(args.data) / name).is_file():
-            fail("gpu_session", f"{Path(args.data) / name}: missing (make it with slm-pretrain encode; see README.md)")
+            fail("gpu_session", f"{Path(args.data) / name}: missing (make it with `gpu_session.py prepare`)")
     if args.out == args.data:
         fail("gpu_session", f"--out {args.out} is the data directory; give another folder")
+    if Path(args.out) in Path(args.run_dir).parents or args.out == args.run_dir:
+        fail("gpu_session", f"--run-dir {args.run_dir} is inside --out {args.out}: only the results may be there")
     if args.dry_run:
         return "cpu (dry run)"
     if not torch.cuda.is_available():
@@ -109,32 +217,34 @@ def check_inputs(args) -> str:
     return torch.cuda.get_device_name(0)
 
 
-def train_budget(checkpoint: bool, resume: bool, train_minutes: float, seconds_left: float) -> tuple:
-    """(budget minutes, note) of the train stage. A run continues with its whole budget; a command meant to
-    continue one (`resume`) that finds no checkpoint trains a run that fits what it has left."""
-    if checkpoint:
-        return train_minutes, "resumed"
-    if resume:
-        minutes = min(train_minutes, seconds_left / 60)
-        return minutes, f"no checkpoint in the run directory: a new run of {minutes:.2f} minutes, fitting this command"
-    return train_minutes, "new run"
+def training_minutes(seconds_left: float, cap: float, start: float, least: float) -> float:
+    """Minutes of training each of the len(KINDS) models gets: an equal share of what is left after each
+    run's `start` seconds (loading, validation, export), at most `cap` minutes; 0 when under `least` minutes."""
+    each = (seconds_left / len(KINDS) - start) / 60
+    return min(cap, each) if each >= least else 0.0
 
 
 class Session:
     """Runs stages as time-limited subprocesses, logs their output, and collects their results."""
 
     def __init__(self, args):
-        self.args, self.start = args, time.monotonic()
+        self.args, self.plan, self.start = args, args.plan, time.monotonic()
         self.out, self.run_dir = Path(args.out), Path(args.run_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.log = open(self.out / "session.log", "a", encoding="utf-8")
         self.stages = {}
-        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-                        PYTHONUNBUFFERED="1")
+        path = [str(ROOT), os.environ.get("PYTHONPATH", "")]
+        if args.dry_run:  # the GPU machine has no ESPnet, jiwer or kaldiio: none of the stages may need them
+            bare = self.run_dir / "bare"
+            bare.mkdir(exist_ok=True)
+            (bare / "sitecustomize.py").write_text(
+                f"import sys\nsys.modules.update(dict.fromkeys({MISSING_ON_THE_GPU!r}))\n")
+            path.insert(0, str(bare))
+        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), PYTHONUNBUFFERED="1")
 
     def seconds_left(self) -> float:
-        return 60 * self.args.command_minutes - (time.monotonic() - self.start)
+        return 60 * self.args.minutes - (time.monotonic() - self.start)
 
     def call(self, name: str, command: list, limit: float) -> dict:
         """Run `command` for at most `limit` seconds; returns status, seconds, return code and stdout."""
@@ -156,12 +266,15 @@ class Session:
         return {"status": status, "seconds": round(seconds, 1), "returncode": code, "stdout": stdout}
 
     def limit(self, name: str) -> float:
-        """The stage's own limit, cut so that a later train stage keeps its reserve of this command."""
-        reserve = self.args.plan["train_reserve"] if "train" in self.args.stages else 0
-        return min(self.args.plan["limits"][name], self.seconds_left() - reserve)
+        """The stage's own limit, cut so that a later train stage keeps both models' least training."""
+        reserve = 0
+        if "train" in self.args.stages:
+            least = min(self.plan["train_least"], self.args.train_minutes)
+            reserve = len(KINDS) * (self.plan["train_start"] + 60 * least) + self.plan["end_margin"]
+        return min(self.plan["limits"][name], self.seconds_left() - reserve)
 
     def measure(self, name: str, commands: dict, read):
-        """Run the stage's commands (label -> command); `read` turns the JSON it wrote into results."""
+        """Run the stage's commands (label -> (command, JSON it writes)); `read` turns that JSON into results."""
         for label, (command, json_path) in commands.items():
             limit = self.limit(name)
             if limit < 10:
@@ -179,7 +292,7 @@ class Session:
     def tests(self):
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--device", self.args.device,
                    "-m", "device", "tests/test_models.py", "tests/test_scorer.py", "tests/test_pretrain.py",
-                   *self.args.plan["tests"]]
+                   *self.plan["tests"]]
         limit = self.limit("tests")
         if limit < 10:
             self.stages["tests"] = {"status": "skipped: no time left in this command"}
@@ -194,7 +307,7 @@ class Session:
     def parity(self):
         path = self.run_dir / "parity.json"
         command = [sys.executable, ROOT / "local/benchmarks/bf16_parity.py", "--data", self.args.data, "--device",
-                   self.args.device, "--json", path, *self.args.plan["parity"]]
+                   self.args.device, "--json", path, *self.plan["parity"]]
         self.measure("parity", {"parity": (command, path)}, lambda saved: saved["results"])
 
     def latency(self):
@@ -203,87 +316,139 @@ class Session:
             path = self.run_dir / f"latency_{dtype}.json"
             commands[f"latency_{dtype}"] = ([sys.executable, ROOT / "local/benchmarks/bench_scoring.py", "--device",
                                              self.args.device, "--dtype", dtype, "--json", path,
-                                             *self.args.plan["latency"]], path)
+                                             *self.plan["latency"]], path)
         self.measure("latency", commands, lambda saved: saved["results"])
+
+    def rescoring(self):
+        table = self.run_dir / "rescoring.md"
+        command = [sys.executable, ROOT / "local/benchmarks/bench_rescore_speed.py", "--texts",
+                   Path(self.args.data) / "nbest_texts.txt.xz", "--tokenizer", self.args.data, "--device",
+                   self.args.device, "--dtype", "bfloat16", "--out", table, *self.plan["rescoring"]]
+        self.measure("rescoring", {"rescoring": (command, table.with_suffix(".json"))}, lambda rows: rows)
 
     def mfu(self):
         path = self.run_dir / "mfu.json"
         command = [sys.executable, ROOT / "local/benchmarks/bench_train_speed.py", "--device", self.args.device,
-                   "--dtype", "bfloat16", "--json", path, *self.args.plan["mfu"]]
+                   "--dtype", "bfloat16", "--json", path, *shape_options(drop=("max_positions",)),
+                   *self.plan["mfu"]]
         self.measure("mfu", {"mfu": (command, path)},
                      lambda saved: {"matmul_peak_tflops": saved["matmul_peak_tflops"], "kinds": saved["results"]})
 
     def train(self):
-        """Train (or resume) the SLM until its budget is spent or this command's deadline, then pack it."""
-        run, plan = self.run_dir / "slm", self.args.plan
-        seconds = self.seconds_left() - plan["train_margin"]
-        if seconds < 10:
+        """Train the SLM, then the CLM, for the same minutes each; bring both back with their curves."""
+        minutes = training_minutes(self.seconds_left() - self.plan["end_margin"], self.args.train_minutes,
+                                   self.plan["train_start"], min(self.plan["train_least"], self.args.train_minutes))
+        if not minutes:
             self.stages["train"] = {"status": "skipped: no time left in this command"}
             return
-        minutes, note = train_budget((run / "checkpoint.pt").exists(), self.args.resume, self.args.train_minutes,
-                                     seconds)
-        print(f"gpu_session: train: {note}", flush=True)
-        command = [sys.executable, "-m", "slm_lm.bin.pretrain", "train", "--kind", "slm", "--data", self.args.data,
-                   "--out", run, "--minutes", f"{minutes:.3f}", "--deadline", f"{seconds / 60:.3f}", "--clock", "wall",
-                   "--device", self.args.device, "--dtype", "bfloat16", "--lr", self.args.lr,
-                   "--warmup", self.args.warmup, *plan["train"]]
-        result = self.call("train", command, seconds + plan["train_margin"] - 5)
-        result["note"] = note
-        card_path = run / "model" / "training.json"
-        if card_path.exists():
-            card = json.loads(card_path.read_text())
-            card["finished"] = card["spent_minutes"] >= card["budget_minutes"]
-            result["results"] = card
-            write_atomic(self.out / "curve.tsv", (run / "curve.tsv").read_text())
+        print(f"gpu_session: train: {minutes:.2f} minutes each for {', '.join(KINDS)}", flush=True)
+        for i, kind in enumerate(KINDS):
+            run = self.run_dir / kind
+            if run.exists():  # every command trains from scratch: an earlier command's run goes, no other folder
+                if not (run / PREPARED).exists():
+                    raise InputError(f"{run}: a folder that gpu_session did not make; give another --run-dir")
+                shutil.rmtree(run)
+            run.mkdir(parents=True)
+            write_atomic(run / PREPARED, json.dumps({"kind": kind, "minutes": minutes}) + "\n")
+            deadline = (self.seconds_left() - self.plan["end_margin"]) / (len(KINDS) - i)
+            command = [sys.executable, "-m", "slm_lm.bin.pretrain", "train", "--kind", kind, "--data",
+                       self.args.data, "--out", run, "--minutes", f"{minutes:.3f}", "--clock", "wall",
+                       "--deadline", f"{deadline / 60:.3f}", "--device", self.args.device, "--dtype", "bfloat16",
+                       "--lr", self.args.lr, "--warmup", self.args.warmup, "--dropout", "0",
+                       "--valid-every", self.plan["valid_every"], *shape_options(), *self.plan["train"]]
+            result = self.call(f"train_{kind}", command, deadline + 30)
+            card_path = run / "model" / "training.json"
+            if card_path.exists():
+                card = json.loads(card_path.read_text())
+                card["finished"] = card["spent_minutes"] >= 0.999 * card["budget_minutes"]
+                card["tokens_per_s"] = card["tokens_seen"] / max(1e-9, 60 * card["spent_minutes"])
+                result["results"] = card
+            self.stages[f"train_{kind}"] = result
+        runs = [kind for kind in KINDS if (self.run_dir / kind / "model" / "training.json").exists()]
+        if runs:
+            write_atomic(self.out / "curves.tsv", curves(self.run_dir, runs))
             try:
-                result["parts"] = self.pack(run)
+                self.stages[f"train_{runs[-1]}"]["parts"] = self.pack(runs)
             except ValueError as e:
-                result["status"] = f"failed: {e}"
-        self.stages["train"] = result
+                self.stages[f"train_{runs[-1]}"]["status"] = f"failed: {e}"
 
-    def pack(self, run: Path) -> list:
-        """model/ and curve.tsv as one tar, written to --out in parts of --part-mib (at most MAX_PARTS)."""
+    def pack(self, runs: list) -> list:
+        """KIND/model/ and KIND/curve.tsv of every run as one tar, written to --out in parts of --part-mib."""
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
-            tar.add(run / "model", arcname="model")
-            tar.add(run / "curve.tsv", arcname="curve.tsv")
-        data, size = buffer.getvalue(), int(self.args.part_mib * 2**20)
+            for kind in runs:
+                tar.add(self.run_dir / kind / "model", arcname=f"{kind}/model")
+                tar.add(self.run_dir / kind / "curve.tsv", arcname=f"{kind}/curve.tsv")
+        data, size = buffer.getvalue(), int(self.args.part_mib * MIB)
         parts = [data[i : i + size] for i in range(0, len(data), size)]
-        if len(parts) > MAX_PARTS:
-            raise ValueError(f"the model's tar ({len(data) / 2**20:.1f} MiB) needs {len(parts)} parts of "
-                             f"{self.args.part_mib} MiB; at most {MAX_PARTS} come back")
-        for old in self.out.glob("model.tar.*"):
+        room = BACK_FILES - 4  # summary.md, summary.json, session.log, curves.tsv
+        if len(parts) > room:
+            raise ValueError(f"the models' tar ({len(data) / MIB:.1f} MiB) needs {len(parts)} parts of "
+                             f"{self.args.part_mib} MiB; at most {room} come back")
+        for old in self.out.glob("models.tar.*"):
             old.unlink()
-        names = [f"model.tar.{i:02d}" for i in range(len(parts))]
+        names = [f"models.tar.{i:02d}" for i in range(len(parts))]
         for name, part in zip(names, parts):
             write_atomic(self.out / name, part)
         return names
 
 
+def shape_options(drop=()) -> list:
+    return [x for k, v in SHAPE.items() if k not in drop for x in ("--" + k.replace("_", "-"), str(v))]
+
+
+def curves(run_dir: Path, runs: list) -> str:
+    """The runs' curve.tsv side by side: a `kind` column first."""
+    lines = []
+    for kind in runs:
+        header, *rows = (run_dir / kind / "curve.tsv").read_text().splitlines()
+        lines = lines or [f"kind\t{header}"]
+        lines += [f"{kind}\t{row}" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def training_table(stages: dict, peak_tflops) -> list:
+    """Markdown rows of the trained models: budget, updates, tokens, tokens/s, MFU, epochs, valid CE."""
+    lines = ["| kind | parameters | minutes | updates | tokens | tokens/s | MFU | epochs | valid CE | finished |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for kind in KINDS:
+        card = stages.get(f"train_{kind}", {}).get("results")
+        if not card:
+            continue
+        mfu = 6 * card["parameters"] * card["tokens_per_s"] / 1e12 / peak_tflops if peak_tflops else None
+        card["mfu"] = mfu
+        lines.append(f"| {kind} | {card['parameters'] / 1e6:.1f}M | {card['spent_minutes']:.2f} | {card['updates']} | "
+                     f"{card['tokens_seen']} | {card['tokens_per_s']:.0f} | "
+                     f"{'-' if mfu is None else f'{100 * mfu:.1f} %'} | {card['epochs']:.2f} | "
+                     f"{card['valid_ce']:.4f} | {card['finished']} |")
+    return lines
+
+
 def summary_markdown(info: dict) -> str:
     """summary.md: the device, then every stage's status, time and the tables it printed."""
+    stages = info["stages"]
     lines = [f"# GPU session{' (DRY RUN on CPU)' if info['dry_run'] else ''}", "",
-             f"device: {info['device']}; torch {info['torch']} (CUDA {info['cuda']}); stages: {', '.join(info['stages'])}; "
-             f"{info['seconds']:.0f} s in all", ""]
-    for name, stage in info["stages"].items():
+             f"device: {info['device']}; torch {info['torch']} (CUDA {info['cuda']}); {info['seconds']:.0f} s in all",
+             ""]
+    for name, stage in stages.items():
         lines += [f"## {name}: {stage['status']}" + (f" in {stage['seconds']:.0f} s" if "seconds" in stage else ""), ""]
         if name == "tests":
             lines += [stage.get("results", {}).get("line", ""), ""]
-        elif name == "train" and "results" in stage:
-            card = stage["results"]
-            lines += [f"{stage['note']}; {card['parameters'] / 1e6:.1f}M parameters, {card['updates']} updates, "
-                      f"{card['tokens_seen']} tokens in {card['spent_minutes']:.2f} of {card['budget_minutes']:.2f} "
-                      f"budget minutes ({card['tokens_seen'] / max(1e-9, 60 * card['spent_minutes']):.0f} tokens/s), "
-                      f"{card['epochs']:.2f} epochs, valid CE {card['valid_ce']:.4f}, lr now {card['lr']:.2e}, "
-                      f"finished: {card['finished']}; returned as {', '.join(stage.get('parts', []))}", ""]
-        elif stage.get("stdout"):
+        elif not name.startswith("train_") and stage.get("stdout"):
             lines += [stage["stdout"].strip(), ""]
+    peak = stages.get("mfu", {}).get("results", {}).get("matmul_peak_tflops")
+    peak_text = "not measured" if peak is None else f"{peak:.3g} TFLOP/s"
+    lines += ["## trained models", "", f"MFU against the bf16 matmul peak of the mfu stage ({peak_text})", "",
+              *training_table(stages, peak), ""]
     return "\n".join(lines)
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def run(args) -> None:
     device = check_inputs(args)
+    if args.dry_run:
+        repo, carried = travel_bytes(ROOT, [args.data])
+        print(f"gpu_session: would travel {(repo + carried) / MIB:.2f} MiB: repository {repo / MIB:.2f} MiB + "
+              f"{args.data} {carried / MIB:.2f} MiB", flush=True)
     session = Session(args)
     for name in args.stages:
         try:
@@ -292,18 +457,34 @@ def main(argv=None):
             session.stages[name] = {"status": f"error: {type(e).__name__}: {e}"}
             print(f"gpu_session: {name}: error: {e}", flush=True)
     info = {"dry_run": args.dry_run, "device": device, "torch": torch.__version__, "cuda": torch.version.cuda,
-            "stages": session.stages, "seconds": time.monotonic() - session.start,
+            "stages": session.stages, "seconds": time.monotonic() - session.start, "shape": SHAPE,
             "args": {k: v for k, v in vars(args).items() if k != "plan"}}
     text = summary_markdown(info)
     write_atomic(session.out / "summary.md", text + "\n")
     for stage in info["stages"].values():
         stage.pop("stdout", None)  # in session.log and summary.md
     write_atomic(session.out / "summary.json", json.dumps(info, indent=2))
+    session.log.close()
     print(text)
+    try:
+        back = check_back(session.out)
+        print("gpu_session: comes back: " + ", ".join(f"{name} {size / MIB:.2f} MiB" for name, size in back) +
+              f"; {sum(s for _, s in back) / MIB:.2f} MiB in all", flush=True)
+    except ValueError as e:
+        session.stages["back"] = {"status": f"failed: {e}"}
+        print(f"gpu_session: {e}", flush=True)
     failed = [n for n, s in session.stages.items() if s["status"] != "ok"]
     if failed:
         print(f"gpu_session: not ok: {', '.join(failed)} (see session.log)", flush=True)
         sys.exit(1)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        prepare(args) if args.command == "prepare" else run(args)
+    except InputError as e:
+        fail("gpu_session", e)
 
 
 if __name__ == "__main__":

@@ -68,8 +68,13 @@ def encode_corpus(text, tokenizer: Tokenizer, out, max_sentences: int = 0) -> di
         raise InputError(f"{text}:{number + 1}: not UTF-8 text ({e.reason})") from None
     except OSError as e:
         raise InputError(f"{text}:{number + 1}: cannot read: {e.strerror or e}") from None
-    array = np.asarray(ids, dtype="<u2")
-    data = lzma.compress(array.tobytes(), preset=9 | lzma.PRESET_EXTREME)
+    return write_corpus(np.asarray(ids, dtype="<u2"), tokenizer, out)
+
+
+def write_corpus(ids: np.ndarray, tokenizer: Tokenizer, out) -> dict:
+    """Write `ids` (every sentence's pieces followed by 0) to `out` (.ids.xz) and its record; returns counts."""
+    sentences = int(np.count_nonzero(ids == 0))
+    data = lzma.compress(np.asarray(ids, dtype="<u2").tobytes(), preset=9 | lzma.PRESET_EXTREME)
     record = {"tokenizer": tokenizer.digest(), "vocab_size": tokenizer.vocab_size, "sentences": sentences,
               "corpus_sha1": hashlib.sha1(data).hexdigest()}
     try:
@@ -79,7 +84,7 @@ def encode_corpus(text, tokenizer: Tokenizer, out, max_sentences: int = 0) -> di
     except OSError as e:
         where = f" ({e.filename})" if e.filename and str(e.filename) != str(out) else ""
         raise InputError(f"{out}: cannot write: {e.strerror or e}{where}") from None
-    return {"sentences": sentences, "pieces": int(len(array) - sentences), "bytes": os.path.getsize(out)}
+    return {"sentences": sentences, "pieces": int(len(ids) - sentences), "bytes": os.path.getsize(out)}
 
 
 def _chain(first: str, rest):
@@ -94,10 +99,19 @@ def load_corpus(path, tokenizer: Tokenizer | None = None) -> list:
     tokenizer, or that holds a token id beyond its vocabulary, is refused (InputError naming the corpus).
     A corpus without a record (encoded before records existed) is accepted without the tokenizer check.
     """
+    array = read_ids(path, tokenizer).astype(np.int64)
+    ends = np.flatnonzero(array == 0)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    return [array[s:e] for s, e in zip(starts, ends)]
+
+
+def read_ids(path, tokenizer: Tokenizer | None = None) -> np.ndarray:
+    """The ids of an `.ids.xz` corpus as written (uint16, each sentence followed by 0), checked as `load_corpus`
+    says."""
     path = Path(path)
     try:
         data = path.read_bytes()
-        array = np.frombuffer(lzma.decompress(data), dtype="<u2").astype(np.int64)
+        array = np.frombuffer(lzma.decompress(data), dtype="<u2")
     except (OSError, lzma.LZMAError) as e:
         raise InputError(f"{path}: cannot read the encoded corpus: {e}") from None
     if len(array) == 0 or array[-1] != 0:
@@ -108,9 +122,7 @@ def load_corpus(path, tokenizer: Tokenizer | None = None) -> list:
         if largest >= tokenizer.vocab_size:
             raise InputError(f"{path}: token id {largest} is beyond the vocabulary of {tokenizer.vocab_size} of "
                              "the tokenizer it is used with (encoded with another tokenizer?)")
-    ends = np.flatnonzero(array == 0)
-    starts = np.concatenate([[0], ends[:-1] + 1])
-    return [array[s:e] for s, e in zip(starts, ends)]
+    return array
 
 
 def check_tokenizer(path: Path, data: bytes, tokenizer: Tokenizer) -> None:

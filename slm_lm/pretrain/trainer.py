@@ -311,6 +311,8 @@ class _TrainingRun:
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(s.peak_lr, self.budget.share(state["updates"]), s.warmup)
         tokens, lens = collate(self.train_set, index, self.tokenizer.eos_id, model.config.max_positions)
+        if self.device.type == "cuda":  # a copy from pinned memory does not wait for the GPU's queue
+            tokens, lens = tokens.pin_memory(), lens.pin_memory()
         words = None if self.word_table is None else self.word_table[tokens].to(self.device, non_blocking=True)
         with autocast(self.device, self.dtype):
             loss_sum, n = model.loss(tokens.to(self.device, non_blocking=True),
