@@ -69,8 +69,8 @@ PLANS = {
                  "--mlm-max-tokens", "65536"],
         rescoring=["--random-init", "slm:small", "--random-init", "clm:small", "--random-init", "mlm:small",
                    "--max-tokens", "65536"],
-        mfu=["--tokens", "65536", "--length", "64", "--steps", "10", "--warmup", "3", "--matmul-size", "8192"],
-        train=["--batch-tokens", "65536", "--valid-sentences", "0"],
+        mfu=["--tokens", "32768", "--length", "64", "--steps", "10", "--warmup", "3", "--matmul-size", "8192"],
+        train=["--batch-tokens", "32768", "--valid-sentences", "0"],
         minutes=9.0, train_minutes=3.0, train_least=2.0, valid_every=0.5, train_start=45, end_margin=15),
     "dry": dict(
         limits=dict(tests=300, parity=120, latency=180, rescoring=180, mfu=300),
