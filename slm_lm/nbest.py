@@ -60,6 +60,10 @@ class NbestSet:
         """Total number of hypotheses."""
         return sum(len(h) for h in self.hyps.values())
 
+    def unique_texts(self) -> list[str]:
+        """The hypothesis texts, each once, sorted (what rescoring scores)."""
+        return sorted({h.text for hyps in self.hyps.values() for h in hyps})
+
 
 def parse_score(value, where: str) -> float:
     """Parse a score given as a number, ``"-1.5"`` or ``"tensor(-1.5[, device=...])"``."""

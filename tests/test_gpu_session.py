@@ -3,6 +3,7 @@
 import importlib.util
 import io
 import json
+import lzma
 import math
 import os
 import subprocess
@@ -17,6 +18,7 @@ import torch
 from slm_lm.bin import pretrain as pretrain_cli
 from slm_lm.bpe import train_bpe
 from slm_lm.config import KINDS
+from slm_lm.nbest import load_nbest
 from slm_lm.pretrain import load_corpus
 from slm_lm.scorer import Scorer
 
@@ -65,10 +67,11 @@ def test_prepare_cuts_the_corpus_to_what_fits_beside_the_repository(gpu_session,
     assert roomy.returncode == 0, roomy.stdout + roomy.stderr
     assert sorted(p.name for p in (tmp_path / "all").iterdir()) == sorted(
         ["bpe.model", "tokens.txt", "train.ids.xz", "train.ids.json", "valid.ids.xz", "valid.ids.json",
-         "nbest_texts.txt.xz", "prepared.json"])
+         "nbest_texts.txt.xz", "gpu_session.json"])
     assert (tmp_path / "all" / "train.ids.xz").read_bytes() == (corpus / "train.ids.xz").read_bytes()
-    texts = gpu_session.nbest_texts(NBEST)
-    assert len(texts) > 10_000 and len(set(texts)) == len(texts)
+    with lzma.open(tmp_path / "all" / "nbest_texts.txt.xz", "rt") as handle:
+        texts = handle.read().splitlines()
+    assert texts == load_nbest(NBEST, nbest=10).unique_texts() and len(texts) > 10_000
 
     repo, carried = gpu_session.travel_bytes(ROOT, [tmp_path / "all"])
     whole = (corpus / "train.ids.xz").stat().st_size

@@ -170,6 +170,15 @@ def test_tsv(tmp_path):
     raises(["dev.tsv", "no references"], load_nbest, path)
 
 
+def test_unique_texts_are_each_text_once_sorted(tmp_path):
+    path = tmp_path / "dev.tsv"
+    rows = [("u1", "B A", 0), ("u1", "A", -1), ("u2", "A", 0), ("u2", "C", -1)]
+    path.write_text("uttid\trank\tscore\ttext\n" + "".join(
+        f"{u}\t{i % 2 + 1}\t{s}\t{t}\n" for i, (u, t, s) in enumerate(rows)))
+    (tmp_path / "ref.txt").write_text("u1 A\nu2 A\n")
+    assert load_nbest(path, ref=tmp_path / "ref.txt").unique_texts() == ["A", "B A", "C"]
+
+
 # ------------------------------------------------------------------------------- bad input
 
 

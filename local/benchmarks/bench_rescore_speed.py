@@ -65,7 +65,7 @@ def unique_texts(args) -> tuple[list[str], str]:
             raise InputError(f"{args.texts}: no text to score")
         return texts, f"`{Path(args.texts).name}` ({len(texts)} unique texts)"
     nb = load_nbest(args.nbest_dir, nbest=args.nbest)
-    texts = sorted({h.text for hyps in nb.hyps.values() for h in hyps})
+    texts = nb.unique_texts()
     return texts, (f"the unique hypothesis texts of `{Path(args.nbest_dir).name}` {args.nbest}-best "
                    f"({nb.n_hyps} hypotheses, {len(texts)} unique texts)")
 

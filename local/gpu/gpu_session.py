@@ -52,7 +52,7 @@ DATA_FILES = ("train.ids.xz", "valid.ids.xz", "bpe.model", "tokens.txt", "nbest_
 KINDS = ("slm", "clm")  # trained one after the other, for the same minutes
 SHAPE = dict(n_layers=6, d_model=384, n_heads=6, d_ff=1536, max_positions=256)
 MIB = 2**20
-PREPARED = "prepared.json"  # marks a folder gpu_session made (it may rewrite that one only)
+MADE = "gpu_session.json"  # marks a folder gpu_session made (it may rewrite that one only)
 BACK_FILES, BACK_FILE_MIB, BACK_MIB = 8, 16, 64  # what comes back from a GPU machine
 MISSING_ON_THE_GPU = ("espnet", "espnet2", "jiwer", "kaldiio")  # not installed there: the dry run hides them
 
@@ -154,28 +154,22 @@ def check_back(out: Path) -> list:
 
 # ---------------------------------------------------------------- prepare (CPU)
 
-def nbest_texts(nbest_dir) -> list:
-    """The sorted unique hypothesis texts of an N-best set's 10-best lists."""
-    nb = load_nbest(nbest_dir, nbest=10)
-    return sorted({h.text for hyps in nb.hyps.values() for h in hyps})
-
-
 def prepare(args) -> None:
     """Build --data from --corpus: the tokenizer, valid.ids.xz, nbest_texts.txt.xz, and the first sentences
     of train.ids.xz that fit the travel limit beside the repository."""
     corpus, data = Path(args.corpus), Path(args.data)
     if corpus == data:
         raise InputError(f"--data {data} is the --corpus folder; give another folder")
-    if data.is_dir() and any(data.iterdir()) and not (data / PREPARED).exists():
+    if data.is_dir() and any(data.iterdir()) and not (data / MADE).exists():
         raise InputError(f"--data {data}: a folder that `prepare` did not make; give a new folder")
     tokenizer = Tokenizer.from_dir(corpus)
     ids = read_ids(corpus / "train.ids.xz", tokenizer)
     load_corpus(corpus / "valid.ids.xz", tokenizer)
     data.mkdir(parents=True, exist_ok=True)
-    write_atomic(data / PREPARED, json.dumps({"corpus": str(corpus), "nbest": str(args.nbest)}) + "\n")
+    write_atomic(data / MADE, json.dumps({"corpus": str(corpus), "nbest": str(args.nbest)}) + "\n")
     for name in ("bpe.model", "tokens.txt", "valid.ids.xz", "valid.ids.json"):
         write_atomic(data / name, (corpus / name).read_bytes())
-    write_atomic(data / "nbest_texts.txt.xz", lzma.compress(("\n".join(nbest_texts(args.nbest)) + "\n").encode()))
+    write_atomic(data / "nbest_texts.txt.xz", lzma.compress(("\n".join(load_nbest(args.nbest, nbest=10).unique_texts()) + "\n").encode()))
     ends = np.flatnonzero(ids == 0)
     kept, size = len(ends), (corpus / "train.ids.xz").stat().st_size
     for name in ("train.ids.xz", "train.ids.json"):  # an earlier `prepare`'s
@@ -345,11 +339,11 @@ class Session:
         for i, kind in enumerate(KINDS):
             run = self.run_dir / kind
             if run.exists():  # every command trains from scratch: an earlier command's run goes, no other folder
-                if not (run / PREPARED).exists():
+                if not (run / MADE).exists():
                     raise InputError(f"{run}: a folder that gpu_session did not make; give another --run-dir")
                 shutil.rmtree(run)
             run.mkdir(parents=True)
-            write_atomic(run / PREPARED, json.dumps({"kind": kind, "minutes": minutes}) + "\n")
+            write_atomic(run / MADE, json.dumps({"kind": kind, "minutes": minutes}) + "\n")
             deadline = (self.seconds_left() - self.plan["end_margin"]) / (len(KINDS) - i)
             command = [sys.executable, "-m", "slm_lm.bin.pretrain", "train", "--kind", kind, "--data",
                        self.args.data, "--out", run, "--minutes", f"{minutes:.3f}", "--clock", "wall",
