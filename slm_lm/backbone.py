@@ -1,11 +1,14 @@
 """The Transformer backbone every LM kind shares: BERT-style embeddings, post-LN layers, tied LM head.
 
-Attention uses `torch.nn.functional.scaled_dot_product_attention` (fused kernels on CPU and GPU).
-Boolean masks follow SDPA's convention: True = may attend.
+Attention uses `torch.nn.functional.scaled_dot_product_attention` (fused kernels on CPU and GPU) with
+boolean masks (True = may attend), or FlexAttention with the same masks as block masks (`block_mask`).
 """
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from slm_lm.config import LMConfig
 
@@ -70,14 +73,19 @@ class TransformerLayer(nn.Module):
         return [self._heads(part) for part in F.linear(x, w, b).split(self.d_model, dim=-1)]
 
     def attend(self, q, k, v, mask=None, is_causal=False) -> torch.Tensor:
-        """Scaled dot-product attention, heads merged back: [B, T, d_model].
+        """Scaled dot-product attention, heads merged back: [B, T, d_model]. `mask`: boolean, or a
+        FlexAttention `BlockMask` (`block_mask`; no dropout).
 
         On CPU it runs in float32 under bf16/fp16 autocast too (the result is cast back): PyTorch's CPU
         flash-attention backward is about 8x slower in bf16 than in fp32, which cancels bf16's faster
         matmuls at our sizes (BENCHMARKS.md).
         """
         p = self.dropout_p if self.training else 0.0
-        if q.device.type == "cpu" and q.dtype != torch.float32:
+        if isinstance(mask, BlockMask):
+            if p:
+                raise ValueError("FlexAttention has no attention dropout: train with dropout 0 or SDPA")
+            a = flex(q.device.type)(q, k, v, block_mask=mask)
+        elif q.device.type == "cpu" and q.dtype != torch.float32:
             with torch.autocast("cpu", enabled=False):
                 a = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=p,
                                                    is_causal=is_causal).to(q.dtype)
@@ -107,6 +115,20 @@ class LMHead(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return F.linear(self.norm(F.gelu(self.dense(h))), self.embedding.weight, self.bias)
+
+
+@functools.cache
+def flex(device_type: str):
+    """FlexAttention for `device_type`: compiled (fused kernels) on CUDA; eager on CPU, where it serves to
+    check equal scores (unfused, inference only)."""
+    return torch.compile(flex_attention, dynamic=False) if device_type == "cuda" else flex_attention
+
+
+def block_mask(mask: torch.Tensor) -> BlockMask:
+    """The FlexAttention block mask of a boolean mask [B, 1, Q, K] (True = may attend): blocks without an
+    allowed pair are skipped, the others read `mask`."""
+    b, _, q, k = mask.shape
+    return create_block_mask(lambda bi, h, qi, ki: mask[bi, 0, qi, ki], b, None, q, k, device=mask.device)
 
 
 def init_weights(module: nn.Module) -> None:

@@ -15,6 +15,7 @@ from slm_lm.backbone import (
     Embeddings,
     LMHead,
     TransformerLayer,
+    block_mask,
     check_batch,
     init_weights,
     next_word_start,
@@ -76,12 +77,20 @@ class LanguageModel(nn.Module):
 
 
 class SlidingLM(LanguageModel):
-    """Transcormer: triple-stream self-attention; query i sees forward states j < i and backward j > i."""
+    """Transcormer: triple-stream self-attention; query i sees forward states j < i and backward j > i.
+
+    `attention` is "sdpa" (boolean masks) or "flex" (FlexAttention block masks: the same scores; fused
+    and compiled on CUDA, with no attention dropout; eager and inference-only on CPU).
+    """
+
+    attention = "sdpa"
 
     def _streams(self, tokens, lengths, word_starts=None):
         """(content streams read by the last layer [2B, T, d], final query stream [B, T, d])."""
         b, t = tokens.shape
         content_mask, query_mask = sliding_masks(lengths, t, word_starts)
+        if self.attention == "flex":
+            content_mask, query_mask = block_mask(content_mask), block_mask(query_mask)
         content = self.embed(tokens).repeat(2, 1, 1)  # [forward stream; backward stream]: [2B, T, d]
         q = self.embed.query_stream(self.config.mask_id, b, t, tokens.device)
         last = len(self.layers) - 1

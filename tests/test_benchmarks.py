@@ -106,6 +106,23 @@ def test_train_speed_benchmark_interleaves_dtypes_and_prints_the_speedup(tmp_pat
         assert proc.returncode == 2 and "--dtype" in proc.stderr
 
 
+def test_attention_benchmark_compares_sdpa_and_flex_scores_on_cpu(tmp_path):
+    """bench_attention.py on CPU: both attentions score the same padded batch (equal scores), their timings
+    are in the table and the JSON, and training is said to be unmeasured (no FlexAttention backward on CPU)."""
+    out = tmp_path / "attention.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_attention.py"), "--size", "tiny", "--rows", "6", "--length", "12",
+         "--repeats", "1", "--threads", "1", "--json", str(out)],
+        capture_output=True, text=True, check=True, timeout=300,
+    )
+    saved = json.loads(out.read_text())
+    assert saved["scoring"]["max_abs_diff_nats"] < 1e-5 and 6 * 3 <= saved["scoring"]["tokens"] <= 6 * 12
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in proc.stdout.splitlines() if line.startswith("| s")]
+    assert [r[:2] for r in rows] == [["scoring", "sdpa"], ["scoring", "flex"]]
+    assert float(rows[1][3]) == pytest.approx(saved["scoring"]["flex"]["median_s"], abs=1e-4)
+    assert saved["training"].startswith("not measured") and "training: not measured" in proc.stdout
+
+
 def test_profile_train_step_prints_the_pass_time_and_top_operators(tmp_path):
     from slm_lm.bin import pretrain as pretrain_cli
     from slm_lm.bpe import train_bpe

@@ -113,7 +113,7 @@ def test_dry_run_trains_both_models_and_everything_would_come_back(gpu_session, 
     info = json.loads((tmp_path / "out" / "summary.json").read_text())
     stages = info["stages"]
     assert info["dry_run"] and list(stages) == ["tests", "parity", "latency_float32", "latency_bfloat16", "rescoring",
-                                                "mfu", "train_slm", "train_clm"]
+                                                "mfu", "attention", "train_slm", "train_clm"]
     assert all(s["status"] == "ok" for s in stages.values()), stages
     assert stages["tests"]["results"]["passed"] >= 6 and "failed" not in stages["tests"]["results"]
     parity = stages["parity"]["results"]
@@ -126,6 +126,8 @@ def test_dry_run_trains_both_models_and_everything_would_come_back(gpu_session, 
     assert sorted(r["kind"] for r in rescoring) == ["clm", "mlm", "slm"] and all(r["sent_per_s"] > 0 for r in rescoring)
     mfu = stages["mfu"]["results"]
     assert mfu["matmul_peak_tflops"] > 0 and sorted(r["kind"] for r in mfu["kinds"]) == sorted(KINDS)
+    attention = stages["attention"]["results"]
+    assert attention["scoring"]["max_abs_diff_nats"] < 0.5 and attention["scoring"]["flex"]["median_s"] > 0
     cards = {kind: stages[f"train_{kind}"]["results"] for kind in ("slm", "clm")}
     assert cards["slm"]["budget_minutes"] == cards["clm"]["budget_minutes"]  # the same training time
     for kind, card in cards.items():

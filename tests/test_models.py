@@ -268,6 +268,22 @@ def test_slm_whole_words_match_slow_reference(device):
             assert torch.allclose(fast[row, 1 : int(lengths[row])], slow, atol=1e-10), (fast[row], slow)
 
 
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")  # CPU: eager
+def test_slm_flex_attention_scores_equal_sdpa(device):
+    """FlexAttention's block masks give the SDPA scores, pieces and whole words, inside a padded batch."""
+    torch.manual_seed(0)
+    model = build_lm("slm", V, size="tiny", max_positions=32).eval().to(device)
+    tokens, lengths = batch(*SENTENCES, [3, 4, 5, 6, 7, 8, 9, 2, 3], [2] * 12, device=device)
+    for words in (None, word_starts_of(tokens, device)):
+        with torch.no_grad():
+            sdpa = model.token_logprobs(tokens, lengths, words)
+            model.attention = "flex"
+            flex = model.token_logprobs(tokens, lengths, words)
+            model.attention = "sdpa"
+        assert torch.allclose(flex, sdpa, atol=1e-5), (flex - sdpa).abs().max()
+    assert not torch.allclose(sdpa, model.token_logprobs(tokens, lengths), atol=1e-5)  # the words mattered
+
+
 def test_mlm_whole_words_equal_explicit_word_l2r_masking(device):
     """PLL-word-l2r (Kauf & Ivanova, 2023): x_i and the later pieces of its word are masked together."""
     model = make_model("mlm", device)

@@ -15,6 +15,7 @@ each a subprocess with a time limit (one that fails or runs out of time is repor
              10/100/500, every kind)
   rescoring  local/benchmarks/bench_rescore_speed.py: sentences/s of SLM, CLM and MLM over nbest_texts
   mfu        local/benchmarks/bench_train_speed.py: tokens/s and MFU of every kind at the trained shape
+  attention  local/benchmarks/bench_attention.py: the SLM's SDPA against FlexAttention (scores, speed)
   train      slm-pretrain train: the SLM, then the CLM, each for the same minutes of training (what the
              measurements leave, at most --train-minutes), validated every --valid-every minutes
 --out gets at most 8 files, none over 16 MiB: summary.md, summary.json, session.log (every stage's output),
@@ -47,7 +48,7 @@ from slm_lm.pretrain.corpus import load_corpus, read_ids, write_corpus
 from slm_lm.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
-STAGES = ("tests", "parity", "latency", "rescoring", "mfu", "train")
+STAGES = ("tests", "parity", "latency", "rescoring", "mfu", "attention", "train")
 DATA_FILES = ("train.ids.xz", "valid.ids.xz", "bpe.model", "tokens.txt", "nbest_texts.txt.xz")
 KINDS = ("slm", "clm")  # trained one after the other, for the same minutes
 SHAPE = dict(n_layers=6, d_model=384, n_heads=6, d_ff=1536, max_positions=256)
@@ -63,17 +64,18 @@ MISSING_ON_THE_GPU = ("espnet", "espnet2", "jiwer", "kaldiio")  # not installed 
 # size) and shrinks everything else.
 PLANS = {
     "gpu": dict(
-        limits=dict(tests=60, parity=30, latency=45, rescoring=30, mfu=30),
-        tests=[], parity=["--size", "small", "--sentences", "200"],
+        limits=dict(tests=60, parity=30, latency=45, rescoring=30, mfu=30, attention=45),
+        tests=["-k", "not flex"], parity=["--size", "small", "--sentences", "200"],
         latency=["--sizes", "small,base", "--lengths", "10,100,500", "--repeats", "5", "--modes", "latency",
                  "--mlm-max-tokens", "65536"],
         rescoring=["--random-init", "slm:small", "--random-init", "clm:small", "--random-init", "mlm:small",
                    "--max-tokens", "65536"],
         mfu=["--tokens", "32768", "--length", "64", "--steps", "10", "--warmup", "3", "--matmul-size", "8192"],
+        attention=["--rows", "100", "--length", "64", "--tokens", "32768", "--repeats", "7"],
         train=["--batch-tokens", "32768", "--valid-sentences", "0"],
         minutes=9.0, train_minutes=3.0, train_least=2.0, valid_every=0.5, train_start=45, end_margin=15),
     "dry": dict(
-        limits=dict(tests=300, parity=120, latency=180, rescoring=180, mfu=300),
+        limits=dict(tests=300, parity=120, latency=180, rescoring=180, mfu=300, attention=120),
         tests=["-k", "test_clm_ignores_the_future or test_alone_equals_inside_padded_batch"],
         parity=["--size", "tiny", "--sentences", "5"],
         latency=["--sizes", "tiny", "--lengths", "4,8", "--repeats", "1", "--modes", "latency", "--vocab", "50",
@@ -82,6 +84,7 @@ PLANS = {
                    "--sample", "20", "--threads", "1"],
         mfu=["--tokens", "256", "--length", "32", "--steps", "1", "--warmup", "0", "--matmul-size", "256",
              "--threads", "1"],
+        attention=["--rows", "6", "--length", "12", "--repeats", "1", "--threads", "1"],
         train=["--batch-tokens", "1024", "--valid-sentences", "20", "--threads", "1"],
         minutes=60.0, train_minutes=0.1, train_least=0.05, valid_every=0.05, train_start=120, end_margin=20),
 }
@@ -106,7 +109,7 @@ def parse_args(argv=None):
     run.add_argument("--dry-run", action="store_true", help="on CPU, small benchmarks and budgets: rehearse it")
     run.add_argument("--minutes", type=float, help="the command's wall-clock budget (default 9; dry 60)")
     run.add_argument("--train-minutes", type=float, help="most training minutes per model (default 3; dry 0.1)")
-    run.add_argument("--lr", type=float, default=2e-3, help="peak learning rate of both models")
+    run.add_argument("--lr", type=float, default=3e-4, help="peak learning rate of both models")
     run.add_argument("--warmup", type=float, default=0.05, help="warm-up share of the training budget")
     run.add_argument("--part-mib", type=float, default=15.5, help="size of the models.tar.NN parts")
     args = p.parse_args(argv)
@@ -327,6 +330,13 @@ class Session:
                    *self.plan["mfu"]]
         self.measure("mfu", {"mfu": (command, path)},
                      lambda saved: {"matmul_peak_tflops": saved["matmul_peak_tflops"], "kinds": saved["results"]})
+
+    def attention(self):
+        path = self.run_dir / "attention.json"
+        command = [sys.executable, ROOT / "local/benchmarks/bench_attention.py", "--device", self.args.device,
+                   "--dtype", "bfloat16", "--json", path, *shape_options(drop=("max_positions",)),
+                   *self.plan["attention"]]
+        self.measure("attention", {"attention": (command, path)}, lambda saved: {k: saved[k] for k in ("scoring", "training")})
 
     def train(self):
         """Train the SLM, then the CLM, for the same minutes each; bring both back with their curves."""
