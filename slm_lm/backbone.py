@@ -119,9 +119,9 @@ class LMHead(nn.Module):
 
 @functools.cache
 def flex(device_type: str):
-    """FlexAttention for `device_type`: compiled (fused kernels) on CUDA; eager on CPU, where it serves to
-    check equal scores (unfused, inference only)."""
-    return torch.compile(flex_attention, dynamic=False) if device_type == "cuda" else flex_attention
+    """FlexAttention for `device_type`: compiled (fused kernels; a second shape recompiles it for dynamic
+    shapes) on CUDA; eager on CPU, where it serves to check equal scores (unfused, inference only)."""
+    return torch.compile(flex_attention) if device_type == "cuda" else flex_attention
 
 
 def block_mask(mask: torch.Tensor) -> BlockMask:
