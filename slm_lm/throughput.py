@@ -6,7 +6,9 @@ import time
 
 import torch
 
-from slm_lm.config import KINDS
+from slm_lm.config import KINDS, SIZES
+
+SHAPE_FIELDS = ("n_layers", "d_model", "n_heads", "d_ff")
 
 
 def random_batch(vocab: int, rows: int, length: int, device, generator):
@@ -51,3 +53,15 @@ def kind_list(kinds: str) -> list:
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown kinds {sorted(unknown)}; choose from {KINDS}")
     return out
+
+
+def add_shape_options(parser: argparse.ArgumentParser, size: str) -> None:
+    """`--size` (default `size`) and `--n-layers/--d-model/--n-heads/--d-ff` overriding its fields."""
+    parser.add_argument("--size", default=size, choices=sorted(SIZES))
+    for name in SHAPE_FIELDS:
+        parser.add_argument("--" + name.replace("_", "-"), type=int, help=f"{name} instead of the --size one")
+
+
+def shape_overrides(args) -> dict:
+    """The shape fields given on the command line (see `add_shape_options`), for `build_lm(**...)`."""
+    return {k: getattr(args, k) for k in SHAPE_FIELDS if getattr(args, k)}

@@ -20,18 +20,15 @@ import time
 import torch
 
 from slm_lm import build_lm
-from slm_lm.config import SIZES
 from slm_lm.fileio import write_atomic
-from slm_lm.throughput import random_batch, synchronize
+from slm_lm.throughput import add_shape_options, random_batch, shape_overrides, synchronize
 
 ATTENTIONS = ("sdpa", "flex")
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size", default="small", choices=sorted(SIZES))
-    for name in ("n_layers", "d_model", "n_heads", "d_ff"):
-        p.add_argument("--" + name.replace("_", "-"), type=int, help=f"{name} instead of the --size one")
+    add_shape_options(p, size="small")
     p.add_argument("--vocab", type=int, default=5003, help="vocabulary size (BPE 5000 + specials)")
     p.add_argument("--rows", type=int, default=100, help="sentences in the scored batch")
     p.add_argument("--length", type=int, default=64, help="longest scored sentence; training row length")
@@ -44,7 +41,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.length < 3 or args.rows < 1 or args.tokens < args.length or args.repeats < 1:
         p.error("need --length >= 3, --rows >= 1, --tokens >= --length and --repeats >= 1")
-    args.shape = {k: getattr(args, k) for k in ("n_layers", "d_model", "n_heads", "d_ff") if getattr(args, k)}
+    args.shape = shape_overrides(args)
     return args
 
 

@@ -29,17 +29,16 @@ import time
 import torch
 
 from slm_lm import build_lm
-from slm_lm.config import KINDS, SIZES
+from slm_lm.config import KINDS
 from slm_lm.fileio import write_atomic
-from slm_lm.throughput import kind_list, matmul_tflops, random_batch, synchronize, train_step
+from slm_lm.throughput import (add_shape_options, kind_list, matmul_tflops, random_batch, shape_overrides,
+                               synchronize, train_step)
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kinds", type=kind_list, default=",".join(KINDS), help="comma-separated LM kinds")
-    p.add_argument("--size", default="mini", choices=sorted(SIZES))
-    for name in ("n_layers", "d_model", "n_heads", "d_ff"):
-        p.add_argument("--" + name.replace("_", "-"), type=int, help=f"{name} instead of the --size one")
+    add_shape_options(p, size="mini")
     p.add_argument("--vocab", type=int, default=5003, help="vocabulary size (BPE 5000 + specials)")
     p.add_argument("--tokens", type=int, default=2048, help="tokens per batch (rows x length)")
     p.add_argument("--length", type=int, default=32, help="tokens per row, <sos/eos> included")
@@ -57,7 +56,7 @@ def parse_args(argv=None):
         p.error(f"--dtype {args.dtype!r}: give float32 and/or bfloat16, comma-separated, each once")
     if args.tokens < args.length or args.length < 3:
         p.error("need --length >= 3 and --tokens >= --length")
-    args.shape = {k: getattr(args, k) for k in ("n_layers", "d_model", "n_heads", "d_ff") if getattr(args, k)}
+    args.shape = shape_overrides(args)
     return args
 
 
