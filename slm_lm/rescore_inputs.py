@@ -31,6 +31,24 @@ def rescore_parser(prog: str, description: str) -> argparse.ArgumentParser:
         "'-' or nothing = found with the data (references/ref_wer.trn, score_wer/ref.trn, JSON 'ref')",
     )
     p.add_argument("--test-ref", default="", help="reference file(s) for --test, like --dev-ref")
+    add_lm_option(p)
+    p.add_argument("--nbest", type=int, default=None, help="use ranks 1..N (default: all)")
+    p.add_argument(
+        "--am-weights", default=None, help="AM = weighted per-scorer scores, e.g. decoder=0.6,ctc=0.4 "
+        "(default: the file's total score)"
+    )
+    add_weight_options(p, "0:5:0.1")
+    add_scorer_options(p, prog)
+    p.add_argument("--no-normalize", action="store_true",
+                   help="score and compute WER on the texts as they are (default: both on LibriSpeech-style "
+                   "normalised text, upper case words and apostrophes)")
+    p.add_argument("--out", required=True, help="output dir: RESULTS.md, PNG, tuning.json, <set>/1best_recog")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    return p
+
+
+def add_lm_option(p: argparse.ArgumentParser) -> None:
+    """The repeatable ``--lm`` option."""
     p.add_argument(
         "--lm",
         required=True,
@@ -38,15 +56,14 @@ def rescore_parser(prog: str, description: str) -> argparse.ArgumentParser:
         help="LM spec (repeat the option, or comma-separate): a model for slm_lm.scorer.load_scorer, or "
         "score:NAME = the per-scorer column NAME of the N-best scores files (score:lm: the first-pass LM)",
     )
-    p.add_argument("--nbest", type=int, default=None, help="use ranks 1..N (default: all)")
-    p.add_argument(
-        "--am-weights", default=None, help="AM = weighted per-scorer scores, e.g. decoder=0.6,ctc=0.4 "
-        "(default: the file's total score)"
-    )
-    p.add_argument("--lambda-range", default="0:5:0.1", help="LM weight grid start:stop:step (default 0:5:0.1)")
-    p.add_argument(
-        "--beta-range", default="0", help="word bonus grid, e.g. --beta-range=-1:3:0.5 (default 0 = none)"
-    )
+
+
+def add_weight_options(p: argparse.ArgumentParser, lambda_range: str, beta_range: str = "0") -> None:
+    """The weight grids and the search (read by :func:`tuning_options`, with ``--am-weights``)."""
+    p.add_argument("--lambda-range", default=lambda_range,
+                   help=f"LM weight grid start:stop:step (default {lambda_range})")
+    p.add_argument("--beta-range", default=beta_range,
+                   help=f"word bonus grid, e.g. --beta-range=-1:3:0.5 (default {beta_range}; 0 = none)")
     p.add_argument(
         "--length-norm",
         default="none",
@@ -63,6 +80,10 @@ def rescore_parser(prog: str, description: str) -> argparse.ArgumentParser:
         help="grid: every point; coordinate: coordinate descent; auto (default): grid up to --max-grid-points",
     )
     p.add_argument("--max-grid-points", type=int, default=MAX_GRID_POINTS, help="see --search")
+
+
+def add_scorer_options(p: argparse.ArgumentParser, prog: str) -> None:
+    """The score cache and how the LMs run (read by :func:`scorer_options`, with ``--no-normalize``)."""
     p.add_argument("--cache", default=None, help="LM score cache dir (default: OUT/lm_cache)")
     p.add_argument("--device", default=None, type=device_option(prog), help="device for the LMs (passed to load_scorer)")
     p.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES,
@@ -72,12 +93,6 @@ def rescore_parser(prog: str, description: str) -> argparse.ArgumentParser:
                    help="characters the LM's tokenizer does not know: fail (default) or map to <unk>")
     p.add_argument("--whole-words", action="store_true",
                    help="whole-word scoring: each piece without the later pieces of its own word (PLL-word-l2r)")
-    p.add_argument("--no-normalize", action="store_true",
-                   help="score and compute WER on the texts as they are (default: both on LibriSpeech-style "
-                   "normalised text, upper case words and apostrophes)")
-    p.add_argument("--out", required=True, help="output dir: RESULTS.md, PNG, tuning.json, <set>/1best_recog")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    return p
 
 
 def tuning_options(args: argparse.Namespace, n_lms: int) -> dict:

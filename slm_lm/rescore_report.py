@@ -326,20 +326,27 @@ def _install(staging: Path, out: Path, own: set[str]) -> None:
 
 def write_outputs(out_dir: str | Path, dev_m, test_m, result, reports, lm_names, am_weights, settings, *, kinds,
                   lambda_grid, beta_grid, alpha_grid, alpha_grids) -> None:
-    """Write ``<out>/<set>/1best_recog/``, ``RESULTS.md``, ``dev_wer_vs_lambda.png`` and ``tuning.json``:
-    into a temporary directory in ``out_dir`` first, whose entries then replace those of an earlier run
-    there (:func:`_install`). Other entries of ``out_dir`` (the user's, ``lm_cache``) are never moved or
-    deleted; an entry of an output's name that slm-rescore did not write is refused
-    (:func:`check_out_dir`); on any failure ``out_dir`` is as it was."""
+    """Write ``<out>/<set>/1best_recog/``, ``RESULTS.md``, ``dev_wer_vs_lambda.png`` and ``tuning.json`` with
+    :func:`install_outputs`."""
+    install_outputs(out_dir, [s.name for s in dev_m + test_m], lambda staging: _write_files(
+        staging, dev_m, test_m, result, reports, lm_names, am_weights, settings, kinds=kinds,
+        lambda_grid=lambda_grid, beta_grid=beta_grid, alpha_grid=alpha_grid, alpha_grids=alpha_grids))
+
+
+def install_outputs(out_dir: str | Path, set_names: list[str], write) -> None:
+    """Have ``write(staging)`` write a run's outputs (files of :data:`OUTPUT_FILES`, one folder per set,
+    a ``tuning.json`` listing the sets) into a temporary directory in ``out_dir``, whose entries then
+    replace those of an earlier run there (:func:`_install`). Other entries of ``out_dir`` (the user's,
+    ``lm_cache``) are never moved or deleted; an entry of an output's name that an earlier run did not
+    write is refused (:func:`check_out_dir`); on any failure ``out_dir`` is as it was."""
     out_dir = Path(out_dir)
-    own = check_out_dir(out_dir, [s.name for s in dev_m + test_m])
+    own = check_out_dir(out_dir, set_names)
     created = not out_dir.exists()
     staging = None
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=".slm-rescore.", suffix=".tmp"))
-        _write_files(staging, dev_m, test_m, result, reports, lm_names, am_weights, settings, kinds=kinds,
-                     lambda_grid=lambda_grid, beta_grid=beta_grid, alpha_grid=alpha_grid, alpha_grids=alpha_grids)
+        write(staging)
         _install(staging, out_dir, own)
     except OSError as err:
         raise InputError(f"--out {out_dir}: cannot write the outputs ({err}); it is as it was") from None

@@ -126,9 +126,19 @@ class ScoredSet:
     am: np.ndarray  # [U, N]
     lm: np.ndarray  # [L, U, N]
     n_words: np.ndarray  # [U, N]
-    errors: np.ndarray  # [U, N] word errors against the reference
+    errors: np.ndarray  # [U, N] word errors against the reference (zeros when ``stats`` is given)
     ref_words: np.ndarray  # [U]
     length_norm: tuple[str, ...] = ()  # per LM: none | gnmt | length; () = none
+    stats: np.ndarray | None = None  # [U, N, K] another metric's additive statistics per hypothesis
+
+    def hyp_stats(self) -> np.ndarray:
+        """The statistics per hypothesis that the weight search adds up, [U, N, K]: ``stats``, or the word
+        errors (K = 1)."""
+        return self.stats if self.stats is not None else self.errors[..., None]
+
+    def stats_of(self, chosen: np.ndarray) -> np.ndarray:
+        """The summed statistics [K] of the chosen hypotheses."""
+        return self.hyp_stats()[np.arange(len(chosen)), chosen].sum(0)
 
     def with_alphas(self, alphas) -> "ScoredSet":
         """This set with each LM's scores divided by its length penalty at ``alphas`` (() = as is)."""
@@ -155,9 +165,11 @@ class ScoredSet:
         return int(self.errors[np.arange(len(chosen)), chosen].sum())
 
 
-def build_scored_set(nbest: NbestSet, lm_tables: list, am_weights=None, length_norm=()) -> ScoredSet:
+def build_scored_set(nbest: NbestSet, lm_tables: list, am_weights=None, length_norm=(), hyp_stats=None) -> ScoredSet:
     """Turn an :class:`NbestSet` and per-LM {text: score} tables (or :class:`ScoreColumn`) into a
-    :class:`ScoredSet`; ``length_norm``: one kind per LM (see :func:`length_penalty`) or ()."""
+    :class:`ScoredSet`; ``length_norm``: one kind per LM (see :func:`length_penalty`) or ().
+    ``hyp_stats``: instead of word errors, another metric's statistics, a function (references,
+    hypotheses) -> [pairs, K] array (e.g. :func:`slm_lm.bleu.hyp_stats`)."""
     uttids = list(nbest.hyps)
     width = max(len(h) for h in nbest.hyps.values())
     shape = (len(uttids), width)
@@ -179,6 +191,12 @@ def build_scored_set(nbest: NbestSet, lm_tables: list, am_weights=None, length_n
             pair_hyps.append(hyp.text)
             pair_pos.append((u, r))
     rows, cols = np.array(pair_pos).T
-    errors[rows, cols] = word_errors(pair_refs, pair_hyps)
+    stats = None
+    if hyp_stats is None:
+        errors[rows, cols] = word_errors(pair_refs, pair_hyps)
+    else:
+        values = np.asarray(hyp_stats(pair_refs, pair_hyps))
+        stats = np.zeros(shape + values.shape[1:], dtype=values.dtype)
+        stats[rows, cols] = values
     ref_words = np.array([len(nbest.refs[u].split()) for u in uttids], dtype=np.int64)
-    return ScoredSet(nbest.name, uttids, texts, am, lm, n_words, errors, ref_words, tuple(length_norm))
+    return ScoredSet(nbest.name, uttids, texts, am, lm, n_words, errors, ref_words, tuple(length_norm), stats)

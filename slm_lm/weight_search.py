@@ -1,5 +1,6 @@
 """Weight search: the LM weights, word bonus and length-penalty alphas that give the lowest pooled WER on
-the dev sets (total word errors / total reference words).
+the dev sets (total word errors / total reference words), or the lowest loss of any other metric whose
+per-hypothesis statistics add up over the sentences (e.g. -BLEU of the n-gram counts, :mod:`slm_lm.bleu`).
 
 Ties go to the smaller lambdas, then the smaller |beta|, then the smaller alphas. The search is exhaustive
 over the grid, or block coordinate descent when the grid has more than ``max_grid_points`` points
@@ -62,11 +63,12 @@ class Weights:
 
 @dataclass
 class TuneResult:
-    """Outcome of the search: best weights, its pooled dev WER, every evaluated point's errors, and how
-    the search went (method, points in the grid, points evaluated; coordinate descent: sweeps, start)."""
+    """Outcome of the search: best weights, its pooled dev WER (None for another metric), every evaluated
+    point's errors (or loss), and how the search went (method, points in the grid, points evaluated;
+    coordinate descent: sweeps, start)."""
 
     best: Weights
-    dev_wer: float
+    dev_wer: float | None
     dev_ref_words: int
     grid: list[tuple[Weights, int]]
     search: dict = field(default_factory=dict)
@@ -75,9 +77,10 @@ class TuneResult:
 CHUNK_ELEMENTS = 1 << 20  # scores per vectorised block of grid_errors (8 MiB of float64)
 
 
-def grid_errors(sets: list[ScoredSet], lambda_grids, beta_grid) -> list[tuple[Weights, list[int]]]:
-    """Errors per set for every grid point (vectorised over blocks of the first LM's lambdas, each block
-    at most :data:`CHUNK_ELEMENTS` scores, so memory does not grow with the grid)."""
+def grid_stats(sets: list[ScoredSet], lambda_grids, beta_grid) -> list[tuple[Weights, list[np.ndarray]]]:
+    """The summed statistics of the chosen hypotheses per set (:meth:`ScoredSet.hyp_stats`, [K] each) for
+    every grid point (vectorised over blocks of the first LM's lambdas, each block at most
+    :data:`CHUNK_ELEMENTS` scores, so memory does not grow with the grid)."""
     first = np.asarray(lambda_grids[0], dtype=float)
     out = []
     for beta in beta_grid:
@@ -87,16 +90,27 @@ def grid_errors(sets: list[ScoredSet], lambda_grids, beta_grid) -> list[tuple[We
                 base = s.am + beta * s.n_words
                 for weight, lm in zip(rest, s.lm[1:]):
                     base = base + weight * lm
+                table = s.hyp_stats()
                 block = max(1, CHUNK_ELEMENTS // max(1, base.size))
-                errors = []
+                sums = [np.zeros((0, table.shape[2]), dtype=table.dtype)]
                 for lo in range(0, len(first), block):
                     totals = base[None] + first[lo : lo + block, None, None] * s.lm[0][None]
                     chosen = np.argmax(totals, axis=2)  # [g, U]
-                    errors.append(np.take_along_axis(s.errors[None], chosen[..., None], 2)[..., 0].sum(1))
-                per_set.append(np.concatenate(errors) if errors else np.zeros(0, dtype=np.int64))
+                    sums.append(table[np.arange(table.shape[0])[None], chosen].sum(1))  # [g, K]
+                per_set.append(np.concatenate(sums))
             for g, weight in enumerate(first):
-                out.append((Weights((float(weight),) + tuple(rest), float(beta)), [int(e[g]) for e in per_set]))
+                out.append((Weights((float(weight),) + tuple(rest), float(beta)), [e[g] for e in per_set]))
     return out
+
+
+def grid_errors(sets: list[ScoredSet], lambda_grids, beta_grid) -> list[tuple[Weights, list[int]]]:
+    """Word errors per set for every grid point (:func:`grid_stats` of sets that carry word errors)."""
+    return [(w, [int(e[0]) for e in per_set]) for w, per_set in grid_stats(sets, lambda_grids, beta_grid)]
+
+
+def word_error_loss(pooled: np.ndarray) -> int:
+    """The loss of the default metric: the pooled word errors."""
+    return int(pooled[0])
 
 
 SEARCHES = ("auto", "grid", "coordinate")
@@ -108,16 +122,16 @@ def _order(weights: Weights, errors: int):
     return (errors, weights.lambdas, abs(weights.beta), weights.beta, weights.alphas)
 
 
-def _full_grid(sets, lambda_grids, beta_grid, alpha_grids) -> list[tuple[Weights, int]]:
-    """Pooled errors of every grid point (alphas outermost, the rest vectorised by grid_errors)."""
+def _full_grid(sets, lambda_grids, beta_grid, alpha_grids, loss) -> list[tuple[Weights, float]]:
+    """Pooled loss of every grid point (alphas outermost, the rest vectorised by grid_stats)."""
     out = []
     for alphas in itertools.product(*alpha_grids) if alpha_grids else [()]:
         normalised = [s.with_alphas(alphas) for s in sets]
-        out += [(replace(w, alphas=alphas), sum(e)) for w, e in grid_errors(normalised, lambda_grids, beta_grid)]
+        out += [(replace(w, alphas=alphas), loss(sum(e))) for w, e in grid_stats(normalised, lambda_grids, beta_grid)]
     return out
 
 
-def _coordinate_descent(sets, lambda_grids, beta_grid, alpha_grids) -> tuple[list[tuple[Weights, int]], dict]:
+def _coordinate_descent(sets, lambda_grids, beta_grid, alpha_grids, loss) -> tuple[list[tuple[Weights, float]], dict]:
     """Block coordinate descent on the grid: from the smallest weights, set one block at a time to its
     best grid values with the others fixed (each LM's lambda, with its alpha when the LM is
     length-normalised: alpha matters only when lambda > 0; then beta); sweep until a sweep changes
@@ -128,7 +142,7 @@ def _coordinate_descent(sets, lambda_grids, beta_grid, alpha_grids) -> tuple[lis
     def errors(w: Weights) -> int:
         key = (w.lambdas, w.beta, w.alphas)
         if key not in seen:
-            seen[key] = sum(s.errors_of(s.choose(w.lambdas, w.beta, w.alphas)) for s in sets)
+            seen[key] = loss(sum(s.stats_of(s.choose(w.lambdas, w.beta, w.alphas)) for s in sets))
         return seen[key]
 
     def candidates(w: Weights, j: int):
@@ -164,8 +178,13 @@ def tune(
     alpha_grids: list[list[float]] | None = None,
     search: str = "auto",
     max_grid_points: int = MAX_GRID_POINTS,
+    loss=None,
 ) -> TuneResult:
     """Choose the weights minimising the pooled dev WER; ties -> smaller lambdas, |beta|, alphas.
+
+    ``loss``: another metric to minimise, a function of the pooled per-hypothesis statistics of the sets
+    (:meth:`ScoredSet.hyp_stats` summed over the chosen hypotheses and the sets); the grid then records
+    each point's loss, and ``dev_wer`` is None.
 
     ``alpha_grids``: per LM, the length-penalty alphas to try ([0.0] for an LM not normalised); None =
     no length normalisation. ``search``: ``grid`` evaluates every point, ``coordinate`` runs
@@ -184,14 +203,15 @@ def tune(
     n_points = math.prod(len(g) for g in lambda_grids + (alpha_grids or [])) * len(beta_grid)
     method = search if search != "auto" else ("grid" if n_points <= max_grid_points else "coordinate")
     ref_words = int(sum(s.ref_words.sum() for s in dev_sets))
+    metric = loss or word_error_loss
     if method == "grid":
-        grid, info = _full_grid(dev_sets, lambda_grids, beta_grid, alpha_grids), {}
+        grid, info = _full_grid(dev_sets, lambda_grids, beta_grid, alpha_grids, metric), {}
     else:
-        grid, info = _coordinate_descent(dev_sets, lambda_grids, beta_grid, alpha_grids)
+        grid, info = _coordinate_descent(dev_sets, lambda_grids, beta_grid, alpha_grids, metric)
     best_w, best_e = min(grid, key=lambda item: _order(*item))
     info = {"method": method, "requested": search, "max_grid_points": max_grid_points, "grid_points": n_points,
             "evaluated": len(grid), **info}
-    return TuneResult(best_w, wer_percent(best_e, ref_words), ref_words, grid, info)
+    return TuneResult(best_w, None if loss else wer_percent(best_e, ref_words), ref_words, grid, info)
 
 
 DEFAULT_ALPHA_GRID = [round(0.1 * i, 10) for i in range(11)]
