@@ -1,6 +1,6 @@
 """The command-line inputs of N-best rescoring, shared by slm-rescore and the tools that take its options
-(slm-lm-combination, slm-pairwise-preference): the options, the N-best sets (loaded and normalised as the
-LM sees them) and the LMs of the ``--lm`` specs.
+(slm-lm-combination, slm-pairwise-preference; slm-rescore-mt takes the LM, weight and scorer options): the
+options, the N-best sets (loaded and normalised as the LM sees them) and the LMs of the ``--lm`` specs.
 """
 
 import argparse

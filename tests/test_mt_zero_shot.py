@@ -82,6 +82,22 @@ def test_moses_list_reranked_with_its_lm_feature_picks_the_references(tmp_path):
     assert "test (test): BLEU baseline" in proc.stdout and "rescored 100.00" in proc.stdout
 
 
+def test_rescore_mt_rerun_replaces_only_its_own_outputs(tmp_path):
+    ref = write_refs(tmp_path / "ref.txt")
+    first, second = write_moses(tmp_path / "first.nbest"), write_moses(tmp_path / "second.nbest")
+    out = tmp_path / "out"
+    common = ["--lm", "score:LM", "--beta-range", "0", "--bootstrap-samples", "10", "--out", out, "--no-progress"]
+    assert run("slm_lm.bin.rescore_mt", "--dev", first, "--dev-ref", ref, *common).returncode == 0
+    (out / "notes.txt").write_text("mine")
+    proc = run("slm_lm.bin.rescore_mt", "--dev", second, "--dev-ref", ref, *common)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["RESULTS.md", "notes.txt", "second", "tuning.json"]
+    (out / "third").mkdir()
+    third = write_moses(tmp_path / "third.nbest")
+    expect_error(run("slm_lm.bin.rescore_mt", "--dev", third, "--dev-ref", ref, *common), "slm-rescore-mt",
+                 f"{out / 'third'}: not written by slm-rescore")
+
+
 def test_corpus_bleu_from_summed_statistics_equals_sacrebleu_cli(tmp_path):
     hyps = ["the mat sat on the cat .", "he went to the market today .", "she reads one book each night ."]
     ref, hyp = write_refs(tmp_path / "ref.txt"), tmp_path / "hyp.txt"
