@@ -271,3 +271,24 @@ def test_missing_sacrebleu_is_a_one_line_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "sacrebleu.metrics", None)
     with pytest.raises(InputError, match=r"pip install 'slm_lm\[mt\]'"):
         bleu.bleu_metric()
+
+
+@pytest.mark.parametrize("spec", ["hf-causal:gpt2", "hf-masked:bert"])
+def test_zero_shot_with_hugging_face_specs_writes_the_models_scores(tmp_path, spec):
+    from test_hf import make_bert_dir, make_gpt2_dir
+
+    from slm_lm.scorer import load_scorer
+
+    kind, name = spec.split(":")
+    model = (make_gpt2_dir if name == "gpt2" else make_bert_dir)(tmp_path / name)
+    data = tmp_path / "d.tsv"
+    data.write_text("the cat sat\tgood\na dog ran\tbad\n")
+    out = tmp_path / "pred.tsv"
+    proc = run("slm_lm.bin.zero_shot", "--data", data, "--labels", "bad,good", "--pattern", "{text} is {label}.",
+               "--model", f"{kind}:{model}", "--out", out, "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split("\t") for line in out.read_text().splitlines()[1:]]
+    scorer = load_scorer(f"{kind}:{model}")
+    expected = scorer.score([fill("{text} is {label}.", t, w) for t in ("the cat sat", "a dog ran")
+                             for w in ("bad", "good")])
+    np.testing.assert_allclose([float(x) for r in rows for x in r[5:]], expected, atol=1e-3)
