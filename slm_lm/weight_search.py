@@ -70,7 +70,7 @@ class TuneResult:
     best: Weights
     dev_wer: float | None
     dev_ref_words: int
-    grid: list[tuple[Weights, int]]
+    grid: list[tuple[Weights, float]]
     search: dict = field(default_factory=dict)
 
 

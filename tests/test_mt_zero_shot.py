@@ -82,6 +82,16 @@ def test_moses_list_reranked_with_its_lm_feature_picks_the_references(tmp_path):
     assert "test (test): BLEU baseline" in proc.stdout and "rescored 100.00" in proc.stdout
 
 
+def test_coordinate_descent_finds_the_same_bleu_weights(tmp_path):
+    dev, ref = write_moses(tmp_path / "dev.nbest"), write_refs(tmp_path / "ref.txt")
+    proc = run("slm_lm.bin.rescore_mt", "--dev", dev, "--dev-ref", ref, "--lm", "score:LM", "--search", "coordinate",
+               "--bootstrap-samples", "10", "--out", tmp_path / "out", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((tmp_path / "out" / "tuning.json").read_text())
+    assert record["search"]["method"] == "coordinate" and record["best"]["lambdas"] == [0.25]
+    assert record["best"]["beta"] == 0 and (tmp_path / "out" / "dev" / "rescored.txt").read_text().splitlines() == REFS
+
+
 def test_rescore_mt_rerun_replaces_only_its_own_outputs(tmp_path):
     ref = write_refs(tmp_path / "ref.txt")
     first, second = write_moses(tmp_path / "first.nbest"), write_moses(tmp_path / "second.nbest")
@@ -236,7 +246,8 @@ def test_rescore_mt_bad_input(tmp_path, case):
     assert {p: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
 
-@pytest.mark.parametrize("case", ["no_label_slot", "unknown_label", "bad_jsonl", "tsv_fields", "one_label", "out_is_data"])
+@pytest.mark.parametrize("case", ["no_label_slot", "unknown_label", "bad_jsonl", "tsv_fields", "one_label",
+                                  "out_is_data"])
 def test_zero_shot_bad_input(tmp_path, case):
     data = tmp_path / "d.tsv"
     data.write_text("sentence\tlabel\ngood film\t1\nbad film\t0\n")
