@@ -86,8 +86,9 @@ def check_pattern(pattern: str) -> str:
 
 
 def fill(pattern: str, text: str, word: str) -> str:
-    """The pattern with its slots filled (single-spaced, so an empty text leaves no double space)."""
-    return single_spaced(pattern.replace(TEXT_SLOT, text).replace(LABEL_SLOT, word))
+    """The pattern with its slots filled (single-spaced, so an empty text leaves no double space); the label
+    first, so a text that holds ``{label}`` stays as it is."""
+    return single_spaced(pattern.replace(LABEL_SLOT, word).replace(TEXT_SLOT, text))
 
 
 @dataclass

@@ -183,6 +183,7 @@ def test_zero_shot_classify_and_calibration():
     # calibrated: good -2 vs -2 (tie -> first label "0"), bad -2.5 vs -3 -> "0"
     assert result.calibrated == ["0", "0"] and result.accuracy(examples, calibrated=True) == 50.0
     assert fill(pattern, "", "positive") == "is a positive sentiment."
+    assert fill(pattern, "a {label} film", "positive") == "a {label} film is a positive sentiment."
     np.testing.assert_allclose(result.empty_scores, [-8.0, -7.0])
 
 
