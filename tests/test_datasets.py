@@ -4,6 +4,7 @@ import gzip
 import hashlib
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from conftest import MIRROR
 from slm_lm import datasets
 from slm_lm.bin import blimp as blimp_cli
 from slm_lm.bin import data as data_cli
+from test_espnet_stock import installed  # noqa: F401 (fixture)
 
 PACKAGE = Path(datasets.__file__).parent
 
@@ -120,7 +122,8 @@ def test_the_data_directory_is_the_option_else_the_environment_else_the_cache(tm
     assert datasets.data_dir() == tmp_path / "env"
     assert datasets.data_dir(tmp_path / "opt") == tmp_path / "opt"
     data_cli.main(["path", "blimp"])
-    assert capsys.readouterr().out.strip() == str(tmp_path / "env" / "blimp")
+    data_cli.main(["path"])
+    assert capsys.readouterr().out.split() == [str(tmp_path / "env" / "blimp"), str(tmp_path / "env")]
 
 
 def test_slm_blimp_reads_the_data_directory_and_says_how_to_fill_it(fetched_data, tmp_path, monkeypatch, capsys):
@@ -142,3 +145,19 @@ def test_no_default_path_of_the_package_points_beside_the_checkout():
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text()
         assert not re.search(r"""["']shared["']|\.\./shared|parents\[\d\]\.parent""", text), path
+
+
+def test_an_installed_package_gets_its_data_and_reads_it_by_default(installed, tmp_path):  # noqa: F811
+    """pip-installed (its own python: the scripts of a --prefix install name pip's), run from a folder with
+    nothing beside it: `slm-data get` fills the user's cache directory
+    from the mirror and `slm-blimp` finds BLiMP there without --data."""
+    env = {"PATH": f"{installed.parent}:/usr/bin:/bin", "HOME": str(tmp_path / "home"), "OMP_NUM_THREADS": "1"}
+    work = tmp_path / "work"
+    work.mkdir()
+    for args in (["slm_lm.bin.data", "get", "blimp", "--mirror", str(MIRROR), "--no-progress"],
+                 ["slm_lm.bin.blimp", "--model", "slm-books", "--paradigms", "passive_1", "--limit", "5", "--out",
+                  "out", "--no-progress"]):
+        done = subprocess.run([str(installed), "-m", *args], cwd=work, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert len(list((tmp_path / "home/.cache/slm_lm/blimp").glob("*.jsonl"))) == 67
+    assert "over 5 pairs in 1 paradigms" in done.stdout

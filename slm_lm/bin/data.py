@@ -3,6 +3,7 @@ LM corpus) into the data directory, checking every file's checksum, or print whe
 
   slm-data get blimp books librispeech-nbest [--dir DIR] [--mirror DIR]
   slm-data path blimp                      # prints DIR/blimp (for --data "$(slm-data path blimp)")
+  slm-data path                            # prints DIR
 
 The data directory is --dir, else $SLM_LM_DATA, else ~/.cache/slm_lm. A mirror is a local folder laid out like
 the data directory (for offline use); without one, files come from their public sources (GitHub, gutenberg.org,
@@ -22,8 +23,8 @@ def parse_args(argv=None):
     get.add_argument("names", nargs="+", choices=datasets.ALL, metavar="NAME", help=", ".join(datasets.ALL))
     get.add_argument("--mirror", help="a local folder laid out like the data directory (default: public sources)")
     get.add_argument("--no-progress", action="store_true")
-    path = sub.add_parser("path", help="print where a data set is (or goes) in the data directory")
-    path.add_argument("name", choices=datasets.ALL, metavar="NAME", help=", ".join(datasets.ALL))
+    path = sub.add_parser("path", help="print the data directory, or where a data set is (or goes) in it")
+    path.add_argument("name", nargs="?", choices=datasets.ALL, metavar="NAME", help=", ".join(datasets.ALL))
     for s in (get, path):
         s.add_argument("--dir", help=f"data directory (default: ${datasets.DATA_ENV}, else ~/.cache/slm_lm)")
     return p.parse_args(argv)
@@ -32,7 +33,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     if args.action == "path":
-        print(datasets.dataset_path(args.name, args.dir))
+        print(datasets.dataset_path(args.name, args.dir) if args.name else datasets.data_dir(args.dir))
         return
     for name in args.names:
         try:
