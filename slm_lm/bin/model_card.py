@@ -24,7 +24,7 @@ from pathlib import Path
 from slm_lm import datasets, model_dir, pretrained
 from slm_lm.blimp import load_blimp, score_blimp
 from slm_lm.errors import InputError, fail
-from slm_lm.fileio import replace_dir, write_atomic
+from slm_lm.fileio import read_json, replace_dir, write_atomic
 from slm_lm.nbest import NbestSet, load_nbest
 from slm_lm.rescore_report import set_report
 from slm_lm.score_cache import lm_scores
@@ -72,7 +72,7 @@ def started_from(training: dict) -> list:
     if init not in pretrained.names():
         raise InputError(f"training.json: started from {init!r}, which is not a shipped model with a card; "
                          "ship it first or train without --init")
-    start = model_dir.read_json(pretrained.ROOT / init / CARD_FILE)
+    start = read_json(pretrained.ROOT / init / CARD_FILE)
     return start.get("started_from", []) + [{k: start[k] for k in ("name", "machine", "command", "training")}]
 
 
@@ -132,18 +132,18 @@ def card_markdown(name: str, card: dict) -> str:
 
 def make(args) -> None:
     model, dest = Path(args.model), pretrained.ROOT / args.name
-    training = model_dir.read_json(model / model_dir.TRAINING_FILE)
-    blimp = model_dir.read_json(Path(args.blimp) / "blimp_results.json")
+    training = read_json(model / model_dir.TRAINING_FILE)
+    blimp = read_json(Path(args.blimp) / "blimp_results.json")
     rescoring = []
     for run in args.rescore:
-        tuning = model_dir.read_json(Path(run) / "tuning.json")
+        tuning = read_json(Path(run) / "tuning.json")
         dev = [s for s in tuning["sets"] if s["role"] == "dev"][0]
         test = [s for s in tuning["sets"] if s["role"] == "test"][0]
         rescoring.append({"dev": dev["name"], "test": test["name"], "lambda": tuning["best"]["lambdas"][0],
                           "wer_am": test["wer_am"], "wer_rescored": test["wer_rescored"],
                           "wer_file": test["wer_file"], "wer_oracle": test["wer_oracle"]})
     lam = next(r["lambda"] for r in rescoring if r["dev"] == "dev_other")
-    cfg = model_dir.read_json(model / model_dir.CONFIG_FILE)["model"]
+    cfg = read_json(model / model_dir.CONFIG_FILE)["model"]
     card = {
         "name": args.name,
         "shape": f"{cfg['n_layers']} layers, d {cfg['d_model']}, {cfg['n_heads']} heads, FFN {cfg['d_ff']}, "
@@ -195,7 +195,7 @@ def main(argv=None):
         else:
             lam = args.lam
             if lam is None:
-                lam = model_dir.read_json(model_dir.resolve(args.model) / CARD_FILE)["check"]["lambda"]
+                lam = read_json(model_dir.resolve(args.model) / CARD_FILE)["check"]["lambda"]
             print(json.dumps(check_figures(args.model, lam, args.dir)))
     except InputError as e:
         fail("slm-model-card", e)
