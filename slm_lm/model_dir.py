@@ -48,7 +48,7 @@ ESPNET_CONFIG = "config.yaml"
 # Preferred weights of an ESPnet experiment, best first: the n-best average, the best epoch, the last epoch.
 ESPNET_CHECKPOINTS = ("valid.loss.ave.pth", "valid.loss.best.pth", "latest.pth")
 # ESPnet checkpoints hold our LanguageModel as ESPnetLanguageModel.lm (SlmLMForESPnet) .model.
-ESPNET_WRAPPER, ESPNET_MODEL, FORMER_ESPNET_MODEL = "lm.", "model.", "backbone."  # .model was named .backbone
+ESPNET_WRAPPER, ESPNET_MODEL, ESPNET_MODEL_ALIAS = "lm.", "model.", "backbone."  # lm.backbone.* loads as lm.model.*
 ESPNET_PREFIX = ESPNET_WRAPPER + ESPNET_MODEL
 # Tensors tied to the vocabulary (the tied embedding/head pair and the output bias).
 VOCAB_TENSORS = (TIED_TO, TIED_HEAD, "head.bias")
@@ -161,8 +161,8 @@ def load_pretrained(directory) -> tuple:
 
     Every problem (missing, empty, truncated or garbled file, unknown config key, weights of another
     shape or kind than config.json declares, tokenizer of another vocabulary, or another tokenizer than the
-    one config.json records) raises InputError. A config.json without a tokenizer record (written before
-    there was one) loads as before.
+    one config.json records) raises InputError. A config.json without a tokenizer record loads without that
+    check.
     """
     directory = Path(directory)
     weights = directory / SAFETENSORS_FILE
@@ -214,12 +214,12 @@ def load_pretrained(directory) -> tuple:
 
 # --- ESPnet LM experiments -------------------------------------------------------------------------------
 
-def rename_former_espnet_keys(state: dict, prefix: str) -> None:
-    """Rename, in place, the keys `prefix`backbone.* of checkpoints written before SlmLMForESPnet's model
-    attribute was named `model` to `prefix`model.*."""
-    former = prefix + FORMER_ESPNET_MODEL
-    for key in [k for k in state if k.startswith(former)]:
-        state[prefix + ESPNET_MODEL + key[len(former):]] = state.pop(key)
+def rename_espnet_model_alias(state: dict, prefix: str) -> None:
+    """Rename, in place, the keys `prefix`backbone.* of a checkpoint to `prefix`model.* (SlmLMForESPnet's model
+    attribute), so that checkpoints naming it either way load."""
+    alias = prefix + ESPNET_MODEL_ALIAS
+    for key in [k for k in state if k.startswith(alias)]:
+        state[prefix + ESPNET_MODEL + key[len(alias):]] = state.pop(key)
 
 
 def find_checkpoint(exp_dir: Path) -> Path:
@@ -241,9 +241,9 @@ def resolve_bpemodel(bpemodel: str, exp_dir: Path) -> Path:
 
 
 def load_espnet_weights(model: LanguageModel, path: Path) -> None:
-    """Load ESPnet-saved model weights (`lm.model.*` keys, or `lm.backbone.*` of older checkpoints) into `model`."""
+    """Load ESPnet-saved model weights (`lm.model.*` keys; `lm.backbone.*` keys load as those) into `model`."""
     state = load_torch(path)
-    rename_former_espnet_keys(state, ESPNET_WRAPPER)
+    rename_espnet_model_alias(state, ESPNET_WRAPPER)
     ours = {k[len(ESPNET_PREFIX):]: v for k, v in state.items() if k.startswith(ESPNET_PREFIX)}
     if len(ours) != len(state):
         other = sorted(k for k in state if not k.startswith(ESPNET_PREFIX))[:3]

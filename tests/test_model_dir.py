@@ -83,9 +83,9 @@ def test_espnet_checkpoints_load_with_the_current_and_the_former_prefix(tokenize
     assert Scorer.from_pretrained(exp).score(SENTENCES) == Scorer(model, tokenizer).score(SENTENCES)
 
 
-def test_espnet_resumes_and_initialises_from_a_former_lm_backbone_checkpoint(tokenizer, tmp_path):
-    """ESPnet loads a whole-model state dict (resume, --lm_file) and an --init_param file with
-    `lm.backbone.*` keys, written before SlmLMForESPnet's model attribute was named `model`."""
+def test_espnet_resumes_and_initialises_from_an_lm_backbone_checkpoint(tokenizer, tmp_path):
+    """ESPnet loads a whole-model state dict (resume, --lm_file) and an --init_param file whose keys name
+    SlmLMForESPnet's model attribute `lm.backbone.*` instead of `lm.model.*`."""
     from espnet2.torch_utils.load_pretrained_model import load_pretrained_model
 
     from slm_lm.espnet_lm.espnet_model import SlmESPnetLanguageModel
@@ -140,7 +140,7 @@ def test_model_directory_commands_run_as_modules(module):
 def test_config_records_the_tokenizer_and_another_one_of_the_same_size_is_refused(tokenizer, tmp_path):
     """Issue 32: save_pretrained and export record the tokenizer's digest in config.json; a folder whose
     bpe.model/tokens.txt were replaced by another tokenizer of the same size is refused naming the folder; a
-    config.json without the record (written before there was one) loads as before."""
+    config.json without the record loads without that check."""
     import shutil
 
     d = tmp_path / "bpe_other"
