@@ -177,6 +177,8 @@ def get(name: str, root=None, mirror=None, progress: bool = True) -> Path:
     """Fetch data set `name` into the data directory `root` from `mirror` (a local folder) or its public source,
     checking every file's checksum; files already there are checked and kept. Returns the data set's path."""
     root = data_dir(root)
+    if mirror is not None and not Path(mirror).is_dir():
+        raise InputError(f"{mirror}: mirror folder not found")
     if name == "librispeech-lm":
         return _get_lm_corpus(root, mirror)
     items = DATASETS[name]()

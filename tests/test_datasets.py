@@ -98,6 +98,9 @@ def test_a_file_missing_from_the_mirror_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         data_cli.main(["get", "librispeech-nbest", "--dir", str(tmp_path / "d"), "--mirror", str(tmp_path)])
     assert re.search(r"slm-data: error: .*/librispeech_nbest/dev_clean/\S+: not in the mirror", capsys.readouterr().err)
+    with pytest.raises(SystemExit):
+        data_cli.main(["get", "blimp", "--dir", str(tmp_path / "d"), "--mirror", str(tmp_path / "none")])
+    assert capsys.readouterr().err == f"slm-data: error: {tmp_path / 'none'}: mirror folder not found\n"
 
 
 def test_lm_corpus_from_a_mirror_is_checked_against_its_md5sum(tmp_path, capsys):
