@@ -88,31 +88,29 @@ def strip_gutenberg(raw: bytes, where: str) -> bytes:
 
 @dataclass(frozen=True)
 class Item:
-    """One file of a data set: where it goes in the data directory, where a mirror has it, its public source
+    """One file of a data set: where it goes in the data directory (and is in a mirror), its public source
     (URL base, resource, name as `download.fetch` takes them) and the SHA-256 of its stored (uncompressed) bytes."""
     dest: str
-    mirror_path: str
     source: tuple
     sha256: str
 
 
 def _blimp() -> list[Item]:
     base = "https://raw.githubusercontent.com/alexwarstadt/blimp/d07303a7662f1942d70c5e2bbac7aa021c6cdbd0"
-    return [Item(f"blimp/{name}", f"blimp/{name}", (base, "data", name), digest)
+    return [Item(f"blimp/{name}", (base, "data", name), digest)
             for name, digest in _sha256_list("blimp.sha256").items()]
 
 
 def _nbest() -> list[Item]:
     base = "https://raw.githubusercontent.com/waynewu6250/ASRwL2R-new/21b8885a20a652f3b8af55205c6c7f8416fc314d"
-    return [Item(f"librispeech_nbest/{path}", f"librispeech_nbest/{path}",
-                 (base, f"{NBEST_SYSTEM}/{os.path.dirname(path)}", os.path.basename(path)), digest)
+    return [Item(f"librispeech_nbest/{path}", (base, f"{NBEST_SYSTEM}/{os.path.dirname(path)}", os.path.basename(path)), digest)
             for path, digest in _sha256_list("librispeech_nbest.sha256").items()]
 
 
 def _books() -> list[Item]:
     base = "https://www.gutenberg.org/cache/epub"
-    return [Item(f"text/gutenberg/{row['file']}", f"text/gutenberg/{row['file']}",
-                 (base, row["gutenberg_id"], f"pg{row['gutenberg_id']}.txt"), row["sha256"])
+    return [Item(f"text/gutenberg/{row['file']}", (base, row["gutenberg_id"], f"pg{row['gutenberg_id']}.txt"),
+                 row["sha256"])
             for row in gutenberg_books()]
 
 
@@ -144,7 +142,7 @@ def _fetched(item: Item, mirror) -> tuple[bytes, bytes, str]:
     """The bytes to store for `item`, their uncompressed text, and where they came from: the mirror's copy
     (a raw book stripped and compressed) or the public source's."""
     if mirror is not None:
-        path = Path(mirror) / item.mirror_path
+        path = Path(mirror) / item.dest
         if path.is_file():
             data = path.read_bytes()
             return data, _text_of(path, data), str(path)
@@ -196,10 +194,18 @@ def get(name: str, root=None, mirror=None, progress: bool = True) -> Path:
                              f"(not the data the project uses{revised})")
         write_atomic(dest, data)
     if name == "books":
-        manifest = "".join("\t".join(row[k] for k in ("file", "gutenberg_id", "title", "author", "words")) + "\n"
-                           for row in gutenberg_books())
-        write_atomic(root / "text" / BOOKS_MANIFEST, "file\tgutenberg_id\ttitle\tauthor\twords\n" + manifest)
+        _write_books_manifest(root / "text" / BOOKS_MANIFEST)
     return dataset_path(name, root)
+
+
+def _write_books_manifest(path: Path) -> None:
+    """text/gutenberg_manifest.tsv (file, gutenberg_id, title, author, words), unless it is there already."""
+    fields = ("file", "gutenberg_id", "title", "author", "words")
+    text = "".join("\t".join(row[k] for k in fields) + "\n" for row in [dict(zip(fields, fields)), *gutenberg_books()])
+    if not path.exists():
+        write_atomic(path, text)
+    elif path.read_text(encoding="utf-8") != text:
+        raise InputError(f"{path}: is there and differs from the books' manifest (move it away to write it again)")
 
 
 def _get_lm_corpus(root: Path, mirror) -> Path:

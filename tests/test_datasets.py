@@ -54,6 +54,7 @@ def test_books_from_a_mirror_of_raw_gutenberg_files_lose_the_boilerplate(tmp_pat
         assert gzip.open(tmp_path / "d/text/gutenberg" / name).read() == gzip.open(MIRROR / "text/gutenberg" / name).read()
     assert len(list((tmp_path / "d/text/gutenberg").iterdir())) == 892
     assert (tmp_path / "d/text/gutenberg_manifest.tsv").read_bytes() == (MIRROR / "text/gutenberg_manifest.tsv").read_bytes()
+    data_cli.main(["get", "books", "--dir", str(tmp_path / "d"), "--no-progress"])  # all there: checked, kept
 
 
 def test_strip_gutenberg_needs_its_markers():
