@@ -1,5 +1,6 @@
-"""Inputs shared by the LM analyses (local/analyses/): held-out sentences read from a text or sclite .trn
-file, the sentences that have exactly N pieces under every model, and `LABEL=SPEC` model arguments."""
+"""Inputs of the repository's LM analysis scripts (local/analyses/), and of nothing else in the package: held-out
+sentences read from a text or sclite .trn file, the sentences that have exactly N pieces under every model, and
+`LABEL=SPEC` model arguments."""
 from pathlib import Path
 
 from slm_lm.errors import InputError

@@ -3,6 +3,7 @@ atomic output: write a temporary file (or directory) beside the target, then ren
 crash never leaves a half-written file; and one writer per output directory (`exclusive_dir_lock`)."""
 import errno
 import fcntl
+import json
 import gzip
 import os
 import socket
@@ -138,3 +139,30 @@ def read_text_lines(path: Path) -> Iterator[tuple[int, str]]:
                 yield number, line.rstrip("\r\n")
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise InputError(f"{path}:{number + 1}: cannot read: {e}") from None
+
+
+def check_readable(path) -> None:
+    """InputError unless `path` is a readable, non-empty file."""
+    try:
+        with open(path, "rb") as handle:
+            empty = not handle.read(1)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+    if empty:
+        raise InputError(f"{path}: empty file")
+
+
+def read_json(path) -> dict:
+    """A JSON object from a UTF-8 file (a byte-order mark is accepted)."""
+    check_readable(path)
+    try:
+        text = Path(path).read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 (byte {e.start}: {e.reason})") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}:{e.lineno}: not valid JSON ({e.msg}; truncated?)") from None
+    if not isinstance(value, dict):
+        raise InputError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value

@@ -9,7 +9,7 @@
   from BERT/RoBERTa (`slm_lm.init_from_mlm`).
 
 Models and tokenizers are read from a local directory only (`local_files_only`): nothing is
-downloaded; `slm_lm.model_dir.load_hf_scorer` loads a `hf-causal:DIR` / `hf-masked:DIR` spec. Hugging
+downloaded; `load_hf_scorer` loads a `hf-causal:DIR` / `hf-masked:DIR` spec (`hf_spec`). Hugging
 Face models are cased; text is passed through unchanged unless `case` asks for "lower" (all lower case)
 or "sentence" (lower case, first letter and the pronoun "I" upper case; the choice for upper-case ASR
 N-best text with cased models).
@@ -23,6 +23,7 @@ import torch
 from tqdm import tqdm
 
 from slm_lm.errors import InputError
+from slm_lm.fileio import read_json
 from slm_lm.precision import autocast
 from slm_lm.scoring import SentenceScorer, length_batches
 from slm_lm.tokenizer import check_unknown
@@ -231,3 +232,44 @@ class HFMaskedScorer(HFScorer):
 
 
 SCORERS = {"hf-causal": HFCausalScorer, "hf-masked": HFMaskedScorer}
+HF_KINDS = tuple(SCORERS)
+
+
+def is_hf_model_dir(directory) -> bool:
+    """A Hugging Face model directory: config.json with a `model_type`."""
+    config = Path(directory) / "config.json"
+    return config.exists() and "model_type" in read_json(config)
+
+
+def hf_spec(spec: str):
+    """(kind, directory) of a `hf-causal:DIR` / `hf-masked:DIR` spec, else None."""
+    kind, sep, path = str(spec).partition(":")
+    return (kind, path) if sep and kind in HF_KINDS else None
+
+
+def load_hf_scorer(kind: str, path, case: str = "as-is", **options):
+    """A scorer for the Hugging Face model saved in directory `path` (no download).
+
+    kind: "hf-causal" (AutoModelForCausalLM) or "hf-masked" (AutoModelForMaskedLM, PLL).
+    options: device, dtype, max_tokens, truncate, unknown (as for `slm_lm.scorer.Scorer`); `normalize=False`
+    is accepted (these scorers score the text as given, re-cased by `case`).
+    """
+    if options.pop("normalize", False):
+        raise InputError(f"{kind}:{path}: Hugging Face scorers do not normalise text (use case=... instead)")
+    if options.pop("whole_words", False):
+        raise InputError(f"{kind}:{path}: whole-word scoring needs an slm_lm model with its sentencepiece tokenizer")
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+
+    if kind not in SCORERS:
+        raise InputError(f"unknown Hugging Face scorer kind {kind!r}; expected one of {HF_KINDS}")
+    directory = hf_model_dir(path)
+    tokenizer = HFTokenizer.from_dir(directory, case=check_case(case))
+    auto = AutoModelForCausalLM if kind == "hf-causal" else AutoModelForMaskedLM
+    try:
+        model = auto.from_pretrained(directory, local_files_only=True)
+    except (OSError, ValueError, RuntimeError, EOFError, SafetensorError) as e:
+        reason = " ".join(str(e).split())[:300]
+        raise InputError(f"{directory}: cannot load a {kind} model (missing, truncated or garbled file?): "
+                         f"{reason}") from None
+    return SCORERS[kind](model, tokenizer, **options)

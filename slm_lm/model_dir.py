@@ -8,9 +8,9 @@ tokenizer's files (`bpe.model` + `tokens.txt`, or a Hugging Face tokenizer with 
 `slm_hf_tokenizer.json`) and, for a trained model, its training card `training.json`. The LM kind is
 stored with the weights too (`KIND_KEY`).
 
-A spec names a model: a shipped model (`slm_lm.pretrained`), one of our directories, an ESPnet LM
-experiment directory (config.yaml + *.pth, read without importing ESPnet), or `hf-causal:DIR` /
-`hf-masked:DIR`, a Hugging Face model saved on disk.
+A spec names a model: a shipped model (`slm_lm.pretrained`), one of our directories or an ESPnet LM
+experiment directory (config.yaml + *.pth, read without importing ESPnet); `hf-causal:DIR` / `hf-masked:DIR`
+specs are `slm_lm.hf`'s.
 
 Every reader raises :class:`slm_lm.errors.InputError` naming the file for a missing, empty, truncated or
 garbled file, text that is not UTF-8, and a pickle that ``torch.load(weights_only=True)`` refuses.
@@ -27,8 +27,8 @@ import torch
 from slm_lm import pretrained
 from slm_lm.config import KINDS, MASK_KINDS, LMConfig, lm_config
 from slm_lm.errors import InputError
-from slm_lm.fileio import atomic_open, write_atomic
-from slm_lm.hf import SCORERS, HFTokenizer, check_case, hf_model_dir
+from slm_lm.fileio import atomic_open, check_readable, read_json, write_atomic
+from slm_lm.hf import HFTokenizer
 from slm_lm.models import LanguageModel, model_from_config
 from slm_lm.tokenizer import BPE_MODEL_FILE, MASK, TOKEN_LIST_FILE, Tokenizer
 
@@ -48,12 +48,10 @@ ESPNET_CONFIG = "config.yaml"
 # Preferred weights of an ESPnet experiment, best first: the n-best average, the best epoch, the last epoch.
 ESPNET_CHECKPOINTS = ("valid.loss.ave.pth", "valid.loss.best.pth", "latest.pth")
 # ESPnet checkpoints hold our LanguageModel as ESPnetLanguageModel.lm (SlmLMForESPnet) .model.
-ESPNET_WRAPPER, ESPNET_MODEL, FORMER_ESPNET_MODEL = "lm.", "model.", "backbone."  # .model was named .backbone
+ESPNET_WRAPPER, ESPNET_MODEL, ESPNET_MODEL_ALIAS = "lm.", "model.", "backbone."  # lm.backbone.* loads as lm.model.*
 ESPNET_PREFIX = ESPNET_WRAPPER + ESPNET_MODEL
 # Tensors tied to the vocabulary (the tied embedding/head pair and the output bias).
 VOCAB_TENSORS = (TIED_TO, TIED_HEAD, "head.bias")
-
-HF_KINDS = tuple(SCORERS)
 
 
 # --- readers ---------------------------------------------------------------------------------------------
@@ -63,36 +61,9 @@ def _first_sentence(error: BaseException) -> str:
     return text[0].split(". ")[0][:200] if text else type(error).__name__
 
 
-def _check_readable(path) -> None:
-    """InputError unless `path` is a readable, non-empty file."""
-    try:
-        with open(path, "rb") as handle:
-            empty = not handle.read(1)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
-    if empty:
-        raise InputError(f"{path}: empty file")
-
-
-def read_json(path) -> dict:
-    """A JSON object from a UTF-8 file (a byte-order mark is accepted)."""
-    _check_readable(path)
-    try:
-        text = Path(path).read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}: not UTF-8 (byte {e.start}: {e.reason})") from None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}:{e.lineno}: not valid JSON ({e.msg}; truncated?)") from None
-    if not isinstance(value, dict):
-        raise InputError(f"{path}: expected a JSON object, got {type(value).__name__}")
-    return value
-
-
 def load_torch(path) -> dict:
     """A state dict saved with ``torch.save``, loaded with ``weights_only=True`` (tensors, no code)."""
-    _check_readable(path)
+    check_readable(path)
     try:
         with warnings.catch_warnings():
             # A plain pickle (not torch's zip format) draws torch's warning about its pickle protocol before
@@ -116,7 +87,7 @@ def load_safetensors(path) -> tuple[dict, dict]:
     """(tensors, metadata) of a safetensors file."""
     from safetensors import SafetensorError, safe_open
 
-    _check_readable(path)
+    check_readable(path)
     try:
         with safe_open(str(path), framework="pt") as f:
             return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
@@ -190,8 +161,8 @@ def load_pretrained(directory) -> tuple:
 
     Every problem (missing, empty, truncated or garbled file, unknown config key, weights of another
     shape or kind than config.json declares, tokenizer of another vocabulary, or another tokenizer than the
-    one config.json records) raises InputError. A config.json without a tokenizer record (written before
-    there was one) loads as before.
+    one config.json records) raises InputError. A config.json without a tokenizer record loads without that
+    check.
     """
     directory = Path(directory)
     weights = directory / SAFETENSORS_FILE
@@ -243,12 +214,12 @@ def load_pretrained(directory) -> tuple:
 
 # --- ESPnet LM experiments -------------------------------------------------------------------------------
 
-def rename_former_espnet_keys(state: dict, prefix: str) -> None:
-    """Rename, in place, the keys `prefix`backbone.* of checkpoints written before SlmLMForESPnet's model
-    attribute was named `model` to `prefix`model.*."""
-    former = prefix + FORMER_ESPNET_MODEL
-    for key in [k for k in state if k.startswith(former)]:
-        state[prefix + ESPNET_MODEL + key[len(former):]] = state.pop(key)
+def rename_espnet_model_alias(state: dict, prefix: str) -> None:
+    """Rename, in place, the keys `prefix`backbone.* of a checkpoint to `prefix`model.* (SlmLMForESPnet's model
+    attribute), so that checkpoints naming it either way load."""
+    alias = prefix + ESPNET_MODEL_ALIAS
+    for key in [k for k in state if k.startswith(alias)]:
+        state[prefix + ESPNET_MODEL + key[len(alias):]] = state.pop(key)
 
 
 def find_checkpoint(exp_dir: Path) -> Path:
@@ -270,9 +241,9 @@ def resolve_bpemodel(bpemodel: str, exp_dir: Path) -> Path:
 
 
 def load_espnet_weights(model: LanguageModel, path: Path) -> None:
-    """Load ESPnet-saved model weights (`lm.model.*` keys, or `lm.backbone.*` of older checkpoints) into `model`."""
+    """Load ESPnet-saved model weights (`lm.model.*` keys; `lm.backbone.*` keys load as those) into `model`."""
     state = load_torch(path)
-    rename_former_espnet_keys(state, ESPNET_WRAPPER)
+    rename_espnet_model_alias(state, ESPNET_WRAPPER)
     ours = {k[len(ESPNET_PREFIX):]: v for k, v in state.items() if k.startswith(ESPNET_PREFIX)}
     if len(ours) != len(state):
         other = sorted(k for k in state if not k.startswith(ESPNET_PREFIX))[:3]
@@ -338,12 +309,6 @@ def save_espnet_init(out, model: LanguageModel, tokenizer=None) -> list:
 
 # --- specs -----------------------------------------------------------------------------------------------
 
-def is_hf_model_dir(directory) -> bool:
-    """A Hugging Face model directory: config.json with a `model_type`."""
-    config = Path(directory) / CONFIG_FILE
-    return config.exists() and "model_type" in read_json(config)
-
-
 def resolve(spec) -> Path:
     """The directory a spec names: a directory, else a shipped model of that name (a directory wins)."""
     directory = Path(spec)
@@ -362,37 +327,3 @@ def load_model(spec) -> tuple:
     if (directory / ESPNET_CONFIG).exists() and not (directory / CONFIG_FILE).exists():
         return (*load_espnet_experiment(directory), {})
     return load_pretrained(directory)
-
-
-def hf_spec(spec: str):
-    """(kind, directory) of a `hf-causal:DIR` / `hf-masked:DIR` spec, else None."""
-    kind, sep, path = str(spec).partition(":")
-    return (kind, path) if sep and kind in HF_KINDS else None
-
-
-def load_hf_scorer(kind: str, path, case: str = "as-is", **options):
-    """A scorer for the Hugging Face model saved in directory `path` (no download).
-
-    kind: "hf-causal" (AutoModelForCausalLM) or "hf-masked" (AutoModelForMaskedLM, PLL).
-    options: device, dtype, max_tokens, truncate, unknown (as for `slm_lm.scorer.Scorer`); `normalize=False`
-    is accepted (these scorers score the text as given, re-cased by `case`).
-    """
-    if options.pop("normalize", False):
-        raise InputError(f"{kind}:{path}: Hugging Face scorers do not normalise text (use case=... instead)")
-    if options.pop("whole_words", False):
-        raise InputError(f"{kind}:{path}: whole-word scoring needs an slm_lm model with its sentencepiece tokenizer")
-    from safetensors import SafetensorError
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
-
-    if kind not in SCORERS:
-        raise InputError(f"unknown Hugging Face scorer kind {kind!r}; expected one of {HF_KINDS}")
-    directory = hf_model_dir(path)
-    tokenizer = HFTokenizer.from_dir(directory, case=check_case(case))
-    auto = AutoModelForCausalLM if kind == "hf-causal" else AutoModelForMaskedLM
-    try:
-        model = auto.from_pretrained(directory, local_files_only=True)
-    except (OSError, ValueError, RuntimeError, EOFError, SafetensorError) as e:
-        reason = " ".join(str(e).split())[:300]
-        raise InputError(f"{directory}: cannot load a {kind} model (missing, truncated or garbled file?): "
-                         f"{reason}") from None
-    return SCORERS[kind](model, tokenizer, **options)

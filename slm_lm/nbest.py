@@ -232,7 +232,8 @@ def read_espnet_nbest(path: str | Path, nbest: int | None = None) -> dict[str, l
 def default_ref_path(path: str | Path) -> Path | None:
     """The reference file that belongs to an ESPnet-style directory, if one is there.
 
-    ``references/ref_wer.trn`` (the shared lists) or ``score_wer/ref.trn`` (ESPnet's scoring output).
+    ``references/ref_wer.trn`` (the lists of `slm-data get librispeech-nbest`) or ``score_wer/ref.trn``
+    (ESPnet's scoring output).
     ESPnet's decode-dir ``text`` is *not* used: it holds the 1-best hypotheses, not references.
     """
     path = Path(path)

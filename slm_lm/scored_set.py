@@ -4,9 +4,9 @@ as padded [utterance, rank] arrays, and the combined score
     total = AM + sum_j lambda_j * LM_j / lp_j + beta * n_words,
 
 where AM is the file's total score or a weighted sum of its per-scorer components (e.g.
-``0.6*decoder + 0.4*ctc`` removes the first-pass LM of the shared lists). An LM is a {text: score} table
-(a model's scores) or a per-scorer column of the N-best lists (spec ``score:NAME``, e.g. ``score:lm``,
-the first-pass LM). lp_j = 1 unless LM j is length-normalised as mlm-scoring does
+``0.6*decoder + 0.4*ctc`` removes the first-pass LM of the lists of `slm-data get librispeech-nbest`). An LM
+is a {text: score} table (a model's scores) or a per-scorer column of the N-best lists (spec ``score:NAME``,
+e.g. ``score:lm``, the first-pass LM). lp_j = 1 unless LM j is length-normalised as mlm-scoring does
 (:func:`length_penalty`). Within an utterance, ties between hypotheses go to the better (lower) original
 rank.
 """

@@ -3,6 +3,7 @@ import torch
 from tqdm import tqdm
 
 from slm_lm import model_dir
+from slm_lm.hf import hf_spec, load_hf_scorer
 from slm_lm.models import LanguageModel, MaskedLM
 from slm_lm.precision import autocast
 from slm_lm.scoring import SentenceScorer, length_batches
@@ -113,7 +114,7 @@ class Scorer(SentenceScorer):
 def load_scorer(spec: str, **options) -> SentenceScorer:
     """A scorer from a spec: a shipped model name, a model directory (save_pretrained or ESPnet LM
     experiment), or `hf-causal:DIR` / `hf-masked:DIR` for a Hugging Face model saved on disk."""
-    hf = model_dir.hf_spec(spec)
+    hf = hf_spec(spec)
     if hf is not None:
-        return model_dir.load_hf_scorer(*hf, **options)
+        return load_hf_scorer(*hf, **options)
     return Scorer.from_pretrained(spec, **options)

@@ -1,5 +1,6 @@
-"""Training throughput, as the benchmarks measure it: random token batches, one bare training step
-(loss, backward, optimizer step), and the device's matmul peak that model FLOP utilisation is read against."""
+"""Training throughput, as the repository's benchmark scripts (local/benchmarks/, local/gpu/) measure it, and
+used by nothing else in the package: random token batches, one bare training step (loss, backward, optimizer
+step), and the device's matmul peak that model FLOP utilisation is read against."""
 import argparse
 import statistics
 import time

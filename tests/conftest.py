@@ -1,9 +1,16 @@
 """`pytest --device cuda` runs the tests that take the `device` fixture on that device (default: cpu).
 
 Those tests are marked `device`, so `pytest --device cuda -m device` runs only them (local/gpu/gpu_session.py).
+
+The test data: MIRROR, a data directory beside the checkout (../shared/data), read in place by most tests and
+used as the mirror of `slm-data get` by the `fetched_data` fixture, so that the download path is tested too.
 """
+from pathlib import Path
+
 import pytest
 import torch
+
+MIRROR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def pytest_addoption(parser):
@@ -26,3 +33,13 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def device(request) -> str:
     return request.config.getoption("--device")
+
+
+@pytest.fixture(scope="session")
+def fetched_data(tmp_path_factory) -> Path:
+    """A data directory filled by `slm-data get blimp librispeech-nbest --mirror MIRROR` (checksums checked)."""
+    from slm_lm.bin import data
+
+    root = tmp_path_factory.mktemp("slm_lm_data")
+    data.main(["get", "blimp", "librispeech-nbest", "--dir", str(root), "--mirror", str(MIRROR), "--no-progress"])
+    return root

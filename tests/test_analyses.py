@@ -9,14 +9,14 @@ import pytest
 import torch
 from test_hf import make_gpt2_dir
 
+from conftest import MIRROR
 from slm_lm import build_lm
 from slm_lm.bin import blimp as blimp_cli
 from slm_lm.bpe import train_bpe
 from slm_lm.scorer import Scorer
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
-NBEST = SHARED / "librispeech_nbest"
+NBEST = MIRROR / "librispeech_nbest"
 
 
 def load_script(name):

@@ -1,10 +1,13 @@
 """The benchmark scripts run and print their tables (a smoke test; timings are not checked)."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import MIRROR
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "local" / "benchmarks"
 
@@ -50,7 +53,7 @@ def test_real_path_benchmark_prints_ratio_table(tmp_path, dtype, kinds):
         [sys.executable, str(BENCHMARKS / "bench_train_real.py"), "--kinds", ",".join(kinds), "--size", "tiny",
          "--tokens", "256", "--length", "16", "--epochs", "1", "--iters", "2", "--books", "1", "--threads", "1",
          "--matmul-size", "64", "--dtype", dtype, "--work-dir", str(tmp_path / "work"), "--json", str(out)],
-        capture_output=True, text=True, check=True, timeout=300,
+        capture_output=True, text=True, check=True, timeout=300, env=dict(os.environ, SLM_LM_DATA=str(MIRROR)),
     )
     result = json.loads(out.read_text())
     peaks = result["matmul_peaks_tflops"]

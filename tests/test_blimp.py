@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import MIRROR
 from slm_lm import build_lm
 from slm_lm.bin import blimp as blimp_cli
 from slm_lm.blimp import PHENOMENA, TERM_TO_PHENOMENON, load_blimp, read_paradigm, score_blimp, write_results
@@ -12,7 +13,7 @@ from slm_lm.bpe import train_bpe
 from slm_lm.errors import InputError
 from slm_lm.scorer import Scorer
 
-BLIMP = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "blimp"
+BLIMP = MIRROR / "blimp"
 # Slices of real files: the two tie paradigms (their identical pairs included), s-selection, a
 # paradigm with `field` spelled "syntax/semantics", and a plain one.
 SLICES = {

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import MIRROR
 from slm_lm import build_lm
 from slm_lm.bin import subset_nbest
 from slm_lm.bpe import train_bpe
@@ -16,7 +17,7 @@ from slm_lm.scorer import Scorer
 
 ROOT = Path(__file__).resolve().parents[1]
 ANALYSES = ROOT / "local" / "analyses"
-SHARED = ROOT.parent / "shared" / "data" / "librispeech_nbest"
+SHARED = MIRROR / "librispeech_nbest"
 
 
 def load_script(path: Path):
@@ -98,8 +99,8 @@ def test_compare_lms_runs_end_to_end_on_tiny_inputs(tmp_path):
     books = tmp_path / "books"
     books.mkdir()
     for name in ("pg2150.txt.gz", "pg2147.txt.gz"):
-        (books / name).symlink_to(ROOT.parent / "shared" / "data" / "text" / "gutenberg" / name)
-    env = dict(os.environ, BOOKS=str(books), BPE_SIZE="300", VALID_EVERY="50", TRAIN_EVERY="1", VALID_LINES="20",
+        (books / name).symlink_to(MIRROR / "text" / "gutenberg" / name)
+    env = dict(os.environ, SLM_LM_DATA=str(MIRROR), BOOKS=str(books), BPE_SIZE="300", VALID_EVERY="50", TRAIN_EVERY="1", VALID_LINES="20",
                NBEST_EVERY="300", BLIMP_LIMIT="2", LM_TRAIN_ARGS="--max_epoch 1 --num_iters_per_epoch 3")
     out = tmp_path / "compare"
     run = subprocess.run(["bash", str(ANALYSES / "compare_lms.sh"), str(out)], env=env,

@@ -17,14 +17,14 @@ import pytest
 import torch
 import yaml
 
+from conftest import MIRROR
 from slm_lm.bpe import train_bpe
 from slm_lm.errors import InputError
 from slm_lm.espnet_lm.data import write_espnet_text
 from slm_lm.text_norm import normalize_librispeech
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-BOOK = SHARED / "data" / "text" / "gutenberg" / "pg10124.txt.gz"
+BOOK = MIRROR / "text" / "gutenberg" / "pg10124.txt.gz"
 MINI_CONFIG = REPO / "egs" / "librispeech_slm" / "conf" / "train_lm_{kind}_mini.yaml"
 N_TRAIN, N_VALID = 1500, 150
 # The tiny training run: the mini recipe config with a very small model (2 layers, d_model 32, no

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import MIRROR
 from slm_lm.bin import pretrain as pretrain_cli
 from slm_lm.bpe import train_bpe
 from slm_lm.config import KINDS
@@ -24,7 +25,7 @@ from slm_lm.scorer import Scorer
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "local" / "gpu" / "gpu_session.py"
-NBEST = ROOT.parent / "shared" / "data" / "librispeech_nbest" / "dev_other"
+NBEST = MIRROR / "librispeech_nbest" / "dev_other"
 TEXT = """IN THE BEGINNING GOD CREATED THE HEAVEN AND THE EARTH
 AND THE EARTH WAS WITHOUT FORM AND VOID AND DARKNESS WAS UPON THE FACE OF THE DEEP
 AND THE SPIRIT OF GOD MOVED UPON THE FACE OF THE WATERS

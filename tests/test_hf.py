@@ -17,8 +17,8 @@ from transformers import (
 )
 
 from slm_lm.errors import InputError
-from slm_lm.hf import HFCausalScorer, HFMaskedScorer, HFTokenizer, apply_case
-from slm_lm.model_dir import load_hf_scorer, load_tokenizer, save_tokenizer
+from slm_lm.hf import HFCausalScorer, HFMaskedScorer, HFTokenizer, apply_case, load_hf_scorer
+from slm_lm.model_dir import load_tokenizer, save_tokenizer
 from slm_lm.score_cache import lm_scores
 from slm_lm.scorer import load_scorer
 

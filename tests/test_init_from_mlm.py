@@ -13,7 +13,8 @@ from slm_lm.bin import init_slm
 from slm_lm.bpe import train_bpe
 from slm_lm.errors import InputError
 from slm_lm.init_from_mlm import from_our_checkpoint, hf_to_slm_lm, slm_from_hf
-from slm_lm.model_dir import VOCAB_TENSORS, load_hf_scorer
+from slm_lm.hf import load_hf_scorer
+from slm_lm.model_dir import VOCAB_TENSORS
 from slm_lm.models import MaskedLM, SlidingLM
 from slm_lm.scorer import Scorer
 

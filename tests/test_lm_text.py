@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import MIRROR
 from slm_lm.bin import prepare_lm_text as cli
 from slm_lm.errors import InputError
 from slm_lm.decontaminate import NgramFilter, load_exclusion
 from slm_lm.lm_text import PrepConfig, prepare_lm_text
 from slm_lm.text_cleanup import book_sentences, split_sentences
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 BOOK = """Produced by Some Volunteer and the Online
 Distributed Proofreading Team
@@ -177,8 +177,8 @@ def test_normalized_input(tmp_path):
 
 def test_shared_book_overlapping_dev_clean_is_caught(tmp_path):
     """pg17208 (Mother Goose) shares a 10-gram with a real dev_clean transcript: exactly that sentence goes."""
-    book = SHARED / "data/text/gutenberg/pg17208.txt.gz"
-    trn = SHARED / "data/librispeech_nbest/dev_clean/references/ref_wer.trn"
+    book = MIRROR / "text/gutenberg/pg17208.txt.gz"
+    trn = MIRROR / "librispeech_nbest/dev_clean/references/ref_wer.trn"
     report = prepare_lm_text([book], tmp_path / "train.txt", [trn], PrepConfig(valid_every=0))
     assert report["contaminated_per_file"] == {str(book): 1}
     assert report["totals"]["sentences_out"] > 500

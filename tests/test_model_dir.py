@@ -12,6 +12,8 @@ from slm_lm import build_lm, model_dir
 from slm_lm.bin import average_models as average_cli
 from slm_lm.bpe import train_bpe
 from slm_lm.errors import InputError
+from slm_lm.fileio import read_json
+from slm_lm.hf import hf_spec
 from slm_lm.scorer import Scorer
 
 TEXT = "AND GOD SAW THE LIGHT THAT IT WAS GOOD\nIT'S A QUICK BROWN FOX JUMPING OVER THE LAZY DOG\n"
@@ -43,7 +45,7 @@ def test_save_pretrained_and_export_load_back_to_the_same_scores(tokenizer, tmp_
     assert options == {"normalize": True} and Scorer(loaded, tokenizer).score(SENTENCES) == pytest.approx(expected)
     _, _, options = model_dir.load_model(tmp_path / "fp16")
     assert options == {"normalize": True, "whole_words": True}
-    assert model_dir.read_json(tmp_path / "fp16" / model_dir.TRAINING_FILE) == {"seed": 3}
+    assert read_json(tmp_path / "fp16" / model_dir.TRAINING_FILE) == {"seed": 3}
     half = Scorer.from_pretrained(tmp_path / "fp16", whole_words=False).score(SENTENCES)
     assert half == pytest.approx(expected, abs=0.05)
 
@@ -55,8 +57,8 @@ def test_a_spec_resolves_to_a_shipped_model_unless_a_directory_of_that_name_exis
     assert model_dir.load_model("slm-books")[0].config.kind == "clm"
     with pytest.raises(InputError, match=r"nope: model directory not found \(shipped models: clm-books, slm-books"):
         model_dir.load_model("nope")
-    assert model_dir.hf_spec("hf-causal:some/dir") == ("hf-causal", "some/dir")
-    assert model_dir.hf_spec("slm-books") is None and model_dir.hf_spec("c:/models/x") is None
+    assert hf_spec("hf-causal:some/dir") == ("hf-causal", "some/dir")
+    assert hf_spec("slm-books") is None and hf_spec("c:/models/x") is None
 
 
 def espnet_experiment(tmp_path, tokenizer, state: dict):
@@ -81,9 +83,9 @@ def test_espnet_checkpoints_load_with_the_current_and_the_former_prefix(tokenize
     assert Scorer.from_pretrained(exp).score(SENTENCES) == Scorer(model, tokenizer).score(SENTENCES)
 
 
-def test_espnet_resumes_and_initialises_from_a_former_lm_backbone_checkpoint(tokenizer, tmp_path):
-    """ESPnet loads a whole-model state dict (resume, --lm_file) and an --init_param file with
-    `lm.backbone.*` keys, written before SlmLMForESPnet's model attribute was named `model`."""
+def test_espnet_resumes_and_initialises_from_an_lm_backbone_checkpoint(tokenizer, tmp_path):
+    """ESPnet loads a whole-model state dict (resume, --lm_file) and an --init_param file whose keys name
+    SlmLMForESPnet's model attribute `lm.backbone.*` instead of `lm.model.*`."""
     from espnet2.torch_utils.load_pretrained_model import load_pretrained_model
 
     from slm_lm.espnet_lm.espnet_model import SlmESPnetLanguageModel
@@ -138,7 +140,7 @@ def test_model_directory_commands_run_as_modules(module):
 def test_config_records_the_tokenizer_and_another_one_of_the_same_size_is_refused(tokenizer, tmp_path):
     """Issue 32: save_pretrained and export record the tokenizer's digest in config.json; a folder whose
     bpe.model/tokens.txt were replaced by another tokenizer of the same size is refused naming the folder; a
-    config.json without the record (written before there was one) loads as before."""
+    config.json without the record loads without that check."""
     import shutil
 
     d = tmp_path / "bpe_other"

@@ -46,13 +46,13 @@ def test_loading_by_name_everywhere_gives_the_same_scores(tmp_path):
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_card_check_figures_are_reproduced(name):
+def test_card_check_figures_are_reproduced(name, fetched_data):
     """BLiMP (10 pairs per paradigm) and dev_clean rescoring (200 utterances, the card's lambda) give the
     card's figures again: the shipped fp16 weights are the ones the card describes."""
     from slm_lm.bin.model_card import check_figures
 
     card = json.loads((pretrained.path(name) / "card.json").read_text())["check"]
-    got = check_figures(name, card["lambda"])
+    got = check_figures(name, card["lambda"], fetched_data)
     assert got["blimp_pairs"] == card["blimp_pairs"] and got["dev_clean_utts"] == card["dev_clean_utts"]
     assert got["blimp_accuracy"] == pytest.approx(card["blimp_accuracy"], abs=0.2)  # percent
     assert got["wer_am"] == pytest.approx(card["wer_am"], abs=1e-6)

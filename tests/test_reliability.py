@@ -10,6 +10,7 @@ import shutil
 import pytest
 import torch
 
+from conftest import MIRROR
 from slm_lm import build_lm
 from slm_lm.bin import prepare_lm_text as prep_cli
 from slm_lm.bin import rescore as rescore_cli
@@ -393,7 +394,7 @@ def test_normalising_the_shared_dev_other_lists_changes_wer_as_the_readme_says()
     from slm_lm.weight_search import Weights
     from slm_lm.text_norm import normalize_librispeech
 
-    raw = load_nbest(Path(__file__).resolve().parents[2] / "shared/data/librispeech_nbest/dev_other", nbest=10)
+    raw = load_nbest(MIRROR / "librispeech_nbest/dev_other", nbest=10)
     norm, emptied = normalize_nbest(raw, normalize_librispeech)
     changed = sum(a.text != b.text for u in raw.hyps for a, b in zip(raw.hyps[u], norm.hyps[u]))
     assert (changed, raw.n_hyps, sum(raw.refs[u] != norm.refs[u] for u in raw.refs), emptied) == (33, 28640, 1, [])

@@ -10,6 +10,7 @@ from pathlib import Path
 import jiwer
 import pytest
 
+from conftest import MIRROR
 from slm_lm.bin import rescore as cli
 from slm_lm.errors import InputError
 from slm_lm.nbest import Hypothesis, NbestSet, load_nbest, read_espnet_nbest
@@ -20,7 +21,6 @@ from slm_lm.scored_set import am_score, build_scored_set, parse_am_weights
 from slm_lm.weight_search import Weights, parse_range, tune
 from slm_lm.wer import word_errors
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 
 class FakeLM:
@@ -281,7 +281,7 @@ def test_cli(tmp_path, monkeypatch, capsys):
 
 def test_shared_dev_clean_10best_reproduces_readme_figures():
     """Readers + WER on the real lists: AM-only 1.87, with their LM 1.70, oracle 0.70 (data README)."""
-    nb = load_nbest(SHARED / "data" / "librispeech_nbest" / "dev_clean", nbest=10)
+    nb = load_nbest(MIRROR / "librispeech_nbest" / "dev_clean", nbest=10)
     assert (len(nb.hyps), nb.n_hyps) == (2703, 27030)
     s = build_scored_set(nb, [], parse_am_weights("decoder=0.6,ctc=0.4"))
     r = set_report(s, Weights(()), "dev")

@@ -11,6 +11,7 @@ import jiwer
 import numpy as np
 import pytest
 
+from conftest import MIRROR
 from slm_lm.bin import lm_combination, pairwise_preference, subset_nbest
 from slm_lm.bin import rescore as cli
 from slm_lm.errors import InputError
@@ -30,7 +31,7 @@ from slm_lm.weight_search import Weights, parse_range, tune
 from test_rescore import FakeLM, known_lambda_set, make_set, random_set, scored, write_tsv  # noqa: I001
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data" / "librispeech_nbest"
+SHARED = MIRROR / "librispeech_nbest"
 
 AM = "decoder=0.6,ctc=0.4"
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import MIRROR
 from slm_lm.text_norm import normalize_librispeech, number_to_words, ordinal_to_words
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CLEAN = re.compile(r"(?:[A-Z']+(?: [A-Z']+)*)?")
 
 
@@ -55,7 +55,7 @@ def test_number_words():
 
 
 def test_real_book_lines_give_clean_idempotent_output():
-    lines = gzip.open(SHARED / "data/text/gutenberg/pg2485.txt.gz", "rt", encoding="utf-8").read().splitlines()
+    lines = gzip.open(MIRROR / "text/gutenberg/pg2485.txt.gz", "rt", encoding="utf-8").read().splitlines()
     assert len(lines) > 1000
     for line in lines[:3000]:
         out = normalize_librispeech(line)
@@ -64,7 +64,7 @@ def test_real_book_lines_give_clean_idempotent_output():
 
 
 def test_transcripts_are_unchanged_but_for_quote_apostrophes():
-    trn = SHARED / "data/librispeech_nbest/dev_clean/references/ref_wer.trn"
+    trn = MIRROR / "librispeech_nbest/dev_clean/references/ref_wer.trn"
     texts = [line.split("\t")[0] for line in trn.read_text(encoding="utf-8").splitlines()]
     assert len(texts) == 2703
     changed = {t: normalize_librispeech(t) for t in texts if normalize_librispeech(t) != t}

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import MIRROR
 from slm_lm.bin import train_bpe as cli
 from slm_lm.bpe import train_bpe
 from slm_lm.errors import InputError
@@ -11,13 +12,12 @@ from slm_lm.text_cleanup import book_sentences
 from slm_lm.text_norm import normalize_librispeech
 from slm_lm.tokenizer import Tokenizer, read_token_list
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 VOCAB = 300
 
 
 @pytest.fixture(scope="module")
 def text_file(tmp_path_factory):
-    book = SHARED / "data/text/gutenberg/pg10124.txt.gz"
+    book = MIRROR / "text/gutenberg/pg10124.txt.gz"
     sentences = [normalize_librispeech(s) for _, s in book_sentences(book, Counter(), [])]
     path = tmp_path_factory.mktemp("text") / "train.txt"
     path.write_text("\n".join(s for s in sentences if s) + "\n", encoding="utf-8")

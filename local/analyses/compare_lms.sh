@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Equal-budget comparison of slm / clm / mlm / bilm / tta, one command:
 #   bash local/analyses/compare_lms.sh [OUT_DIR]          (default exp/compare; finished steps are skipped)
-# 1. decontaminated LM text from the shared books (dev transcripts excluded) and BPE;
+# 1. decontaminated LM text from the books of slm-data get books (dev transcripts excluded) and BPE;
 # 2. a training subset (every TRAIN_EVERY-th sentence) in ESPnet's format;
 # 3. the five kinds trained with the same budget (conf/compare/train_lm_cpu.yaml, local/analyses/train_compare_cpu.sh);
 # 4. each model (local/analyses/eval_lm.sh): BLiMP, dev N-best rescoring in both directions (tune on one dev set,
 #    report the other), held-out cross-entropy (pseudo for MLM); 5. the table: OUT_DIR/comparison.md.
 # Scale knobs (environment; the defaults reproduce the table in RESULTS.md):
-#   BOOKS=DIR          book text (default ../shared/data/text/gutenberg)
+#   BOOKS=DIR          book text (default: the data directory's, slm-data get books; the N-best lists and
+#                      BLiMP come from there too: slm-data get librispeech-nbest blimp)
 #   BPE_SIZE=5000      VALID_EVERY=1000 (every N-th sentence is held out)
 #   TRAIN_EVERY=20     (train on every N-th training sentence)      VALID_LINES=1000 (held-out lines used)
 #   LM_TRAIN_ARGS=...  extra slm-lm-train options for every kind (e.g. "--num_iters_per_epoch 5")
@@ -16,8 +17,6 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$root/exp/compare}
-shared=${SHARED:-$root/../shared}
-books=${BOOKS:-$shared/data/text/gutenberg}
 bpe_size=${BPE_SIZE:-5000}
 valid_every=${VALID_EVERY:-1000}
 train_every=${TRAIN_EVERY:-20}
@@ -25,9 +24,9 @@ valid_lines=${VALID_LINES:-1000}
 nbest_every=${NBEST_EVERY:-10}
 blimp_limit=${BLIMP_LIMIT:-100}
 py=$root/.venv/bin/python
+books=${BOOKS:-$($py -m slm_lm.bin.data path books)}
 kinds="slm clm mlm bilm tta"  # the rows of the table, in local/analyses/compare_table.py's order
-nbest=$shared/data/librispeech_nbest
-export SHARED=$shared
+nbest=$($py -m slm_lm.bin.data path librispeech-nbest)
 text=$out/lm_text
 mkdir -p "$out"
 cd "$root"

@@ -8,8 +8,9 @@ tokens masked per pass (k = 1, 2, 3, n/3, n/2; ceil(n/k) passes, or 3 and 2 pass
     itself (optimistic, marked in the table).
 --also LABEL=SPEC adds other models (e.g. the SLM) as extra rows.
 
+  N=$(slm-data path librispeech-nbest)   # the lists of `slm-data get librispeech-nbest`
   python local/analyses/mlm_k_ablation.py --model exp/mlm --text heldout.txt --out exp/mlm_k \
-      --dev ../shared/data/librispeech_nbest/dev_clean,../shared/data/librispeech_nbest/dev_other \
+      --dev $N/dev_clean,$N/dev_other \
       --nbest 10 --am-weights decoder=0.6,ctc=0.4 --also SLM=exp/slm
 Writes OUT/mlm_k_ablation.md and .json; LM scores are cached in OUT/lm_cache (resumable).
 """

@@ -23,14 +23,13 @@ from pathlib import Path
 
 import torch
 
-from slm_lm import build_lm
+from slm_lm import build_lm, datasets
 from slm_lm.errors import InputError, fail
 from slm_lm.nbest import load_nbest
 from slm_lm.fileio import write_atomic
 from slm_lm.scorer import Scorer, load_scorer
 from slm_lm.tokenizer import Tokenizer
 
-DEFAULT_SET = Path(__file__).resolve().parents[2].parent / "shared/data/librispeech_nbest/dev_other"
 
 
 def build_scorers(args) -> list[tuple[str, Scorer]]:
@@ -64,9 +63,10 @@ def unique_texts(args) -> tuple[list[str], str]:
         if not texts:
             raise InputError(f"{args.texts}: no text to score")
         return texts, f"`{Path(args.texts).name}` ({len(texts)} unique texts)"
-    nb = load_nbest(args.nbest_dir, nbest=args.nbest)
+    nbest_dir = args.nbest_dir or datasets.require("librispeech-nbest") / "dev_other"
+    nb = load_nbest(nbest_dir, nbest=args.nbest)
     texts = nb.unique_texts()
-    return texts, (f"the unique hypothesis texts of `{Path(args.nbest_dir).name}` {args.nbest}-best "
+    return texts, (f"the unique hypothesis texts of `{Path(nbest_dir).name}` {args.nbest}-best "
                    f"({nb.n_hyps} hypotheses, {len(texts)} unique texts)")
 
 
@@ -88,7 +88,7 @@ def time_scorer(scorer: Scorer, texts: list[str], device: str) -> tuple[float, f
 def main(argv=None) -> None:
     """Entry point."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--nbest-dir", default=str(DEFAULT_SET), help="N-best set (default: shared dev_other)")
+    p.add_argument("--nbest-dir", help="N-best set (default: dev_other of slm-data get librispeech-nbest)")
     p.add_argument("--nbest", type=int, default=10)
     p.add_argument("--texts", help="time the texts of this file (one a line; .xz: lzma) instead of an N-best set")
     p.add_argument("--model", action="append", default=[], help="model dir (repeatable)")

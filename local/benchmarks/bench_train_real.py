@@ -22,7 +22,7 @@ table gives the median of the `--epochs` others. Model FLOP/s = 6 x parameters x
 the fp32 (and, with `--dtype bfloat16`, bf16) n x n matmul peak measured in the same run. The real path's
 bf16 is `model_conf: {autocast: bfloat16}` (ESPnet's `use_amp` autocasts CUDA only).
 
-Text: `--text` (one sentence a line) or the first `--books` books of ../shared/data/text/gutenberg
+Text: `--text` (one sentence a line) or the first `--books` books of `slm-data get books` (the data directory)
 prepared with `slm-prepare-lm-text`'s code. Example:
     python local/benchmarks/bench_train_real.py --kinds slm,clm --size mini --tokens 2048 --threads 1 --epochs 7
 """
@@ -40,6 +40,7 @@ import yaml
 
 from espnet2.train.trainer import Trainer
 
+from slm_lm import datasets
 from slm_lm.config import SIZES, lm_config
 from slm_lm.errors import InputError, fail
 from slm_lm.espnet_lm.checks import kind_token_list
@@ -52,7 +53,6 @@ from slm_lm.models import model_from_config
 from slm_lm.throughput import kind_list, matmul_tflops, random_batch, train_step
 
 REPO = Path(__file__).resolve().parents[2]
-BOOKS = REPO.parent / "shared" / "data" / "text" / "gutenberg"
 TOKENIZER = REPO / "slm_lm" / "pretrained" / "slm-books"
 CONFIG = REPO / "egs" / "librispeech_slm" / "conf" / "train_lm_{kind}_mini.yaml"
 VALID_SENTENCES = 20  # ESPnet needs a validation set; it is not timed
@@ -72,8 +72,8 @@ def parse_args(argv=None):
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="autocast dtype (float32: none)")
     p.add_argument("--matmul-size", type=int, default=2048, help="n of the n x n matmul peaks for MFU")
     p.add_argument("--config", default=str(CONFIG), help="ESPnet LM config; {kind} is replaced by the kind")
-    p.add_argument("--text", help="one sentence a line (default: prepared from --books shared books)")
-    p.add_argument("--books", type=int, default=3, help="how many shared books to prepare when no --text")
+    p.add_argument("--text", help="one sentence a line (default: prepared from --books books of slm-data get books)")
+    p.add_argument("--books", type=int, default=3, help="how many books to prepare when no --text")
     p.add_argument("--tokenizer", default=str(TOKENIZER), help="directory with bpe.model and tokens.txt")
     p.add_argument("--work-dir", help="where the ESPnet data and experiments go (default: a temporary dir)")
     p.add_argument("--json", help="also write the results here (atomically)")
@@ -88,7 +88,7 @@ def espnet_data(args, work: Path) -> dict:
     real sentences; their number and mean pieces. Bad text raises `InputError` naming file and line."""
     if args.text is None:
         text = work / "sentences.txt"
-        books = sorted(BOOKS.glob("*.txt.gz"))[: args.books]
+        books = sorted(datasets.require("books").glob("*.txt.gz"))[: args.books]
         prepare_lm_text(books, text, config=PrepConfig(valid_every=0), report=work / "sentences.report.json")
     else:
         text = Path(args.text)

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from slm_lm.errors import InputError, fail
-from slm_lm.fileio import replace_dir
+from slm_lm.fileio import read_json, replace_dir
 
 
 def average_models(models: list, out) -> dict:
@@ -42,7 +42,7 @@ def average_models(models: list, out) -> dict:
     model.load_state_dict({k: v / len(models) for k, v in total.items()})
     cards = [directory / model_dir.TRAINING_FILE for directory in models]
     card = {"averaged_from": [str(m) for m in models],
-            "cards": [model_dir.read_json(path) if path.exists() else {} for path in cards]}
+            "cards": [read_json(path) if path.exists() else {} for path in cards]}
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     model_dir.export(staging, model, tokenizer, options, card)

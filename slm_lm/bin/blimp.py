@@ -7,17 +7,17 @@ interrupted run resumes from it). Ties count as errors.
 import argparse
 from pathlib import Path
 
+from slm_lm import datasets
 from slm_lm.errors import InputError, fail
 from slm_lm.precision import DTYPE_CHOICES, device_option
-
-DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "blimp"
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="slm-blimp", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="model spec: a model dir, hf-causal:DIR or hf-masked:DIR")
-    p.add_argument("--data", default=str(DEFAULT_DATA), help=f"BLiMP jsonl directory (default {DEFAULT_DATA})")
+    p.add_argument("--data", help="BLiMP jsonl directory (default: blimp/ in the data directory, $SLM_LM_DATA "
+                   "or ~/.cache/slm_lm, filled by `slm-data get blimp`)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--label", default=None, help="row label in the table (default: the model spec)")
     p.add_argument("--paradigms", default="", help="comma-separated paradigm names (default: all files)")
@@ -49,7 +49,8 @@ def main(argv=None):
     if Path(args.out).exists() and not Path(args.out).is_dir():
         fail("slm-blimp", f"--out {args.out}: is a file, not a directory")
     try:
-        data = load_blimp(args.data, [p for p in args.paradigms.split(",") if p], args.limit)
+        data = load_blimp(args.data or datasets.require("blimp"), [p for p in args.paradigms.split(",") if p],
+                          args.limit)
         scorer = load_scorer(args.model, **options)
         results = score_blimp(scorer, data, cache_dir=Path(args.out) / "score_cache", progress=not args.no_progress)
         write_results(results, args.out, args.label or args.model)

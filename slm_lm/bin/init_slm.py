@@ -72,6 +72,7 @@ def check_out(out: Path, inputs: list) -> None:
 def main(argv=None):
     args = parse_args(argv)
     from slm_lm import model_dir, pretrained
+    from slm_lm.hf import is_hf_model_dir
     from slm_lm.init_from_mlm import from_our_checkpoint, slm_from_hf
 
     source, out = Path(args.source), Path(args.out)
@@ -79,7 +80,7 @@ def main(argv=None):
         if not source.is_dir() and pretrained.path(args.source) is None:
             raise InputError(f"{source}: no such model directory, and no shipped model of that name")
         check_out(out, input_paths(source if source.is_dir() else pretrained.path(args.source)))
-        hf = model_dir.is_hf_model_dir(source)
+        hf = is_hf_model_dir(source)
         scorer = slm_from_hf(source, args.kind, args.case) if hf else from_our_checkpoint(args.source, args.kind)
         if args.format == "pretrained":
             scorer.save_pretrained(out)

@@ -3,9 +3,9 @@
 slm-rescore runs for every combination of the given LMs, the weights tuned on one dev set and applied to
 the other (both directions).
 
-Usage (the options are slm-rescore's; --dev takes exactly two sets, each tuned on and tested in turn):
-    slm-lm-combination \\
-        --dev ../shared/data/librispeech_nbest/dev_clean,../shared/data/librispeech_nbest/dev_other \\
+Usage (the options are slm-rescore's; --dev takes exactly two sets, each tuned on and tested in turn;
+NBEST=$(slm-data path librispeech-nbest), the lists of `slm-data get librispeech-nbest`):
+    slm-lm-combination --dev "$NBEST/dev_clean,$NBEST/dev_other" \\
         --lm exp/compare/models/slm --lm score:lm --nbest 10 --am-weights decoder=0.6,ctc=0.4 \\
         --lambda-range 0:5:0.1 --out exp/combination
 

@@ -7,7 +7,8 @@ card's checks.
   check: print the check figures of a model (a shipped NAME or a directory) as JSON. The checks are
          cheap and fixed: BLiMP's first 10 pairs of every paradigm, and the first 200 dev_clean
          utterances' 10-best lists rescored (AM = 0.6*decoder + 0.4*ctc) with the card's lambda tuned
-         on dev_other. tests/test_pretrained.py compares them with card.json.
+         on dev_other, from the data directory (`slm-data get blimp librispeech-nbest`).
+         tests/test_pretrained.py compares them with card.json.
 
   slm-model-card make --model exp/pretrain/cpu95/slm/model --name slm-books-cpu \
       --blimp exp/pretrain/eval/slm/blimp --rescore exp/pretrain/eval/slm/tune_clean exp/pretrain/eval/slm/tune_other \
@@ -20,10 +21,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from slm_lm import model_dir, pretrained
+from slm_lm import datasets, model_dir, pretrained
 from slm_lm.blimp import load_blimp, score_blimp
 from slm_lm.errors import InputError, fail
-from slm_lm.fileio import replace_dir, write_atomic
+from slm_lm.fileio import read_json, replace_dir, write_atomic
 from slm_lm.nbest import NbestSet, load_nbest
 from slm_lm.rescore_report import set_report
 from slm_lm.score_cache import lm_scores
@@ -31,19 +32,19 @@ from slm_lm.scored_set import build_scored_set
 from slm_lm.scorer import load_scorer
 from slm_lm.weight_search import Weights
 
-# The data the check figures are measured on: ../shared beside the repository.
-SHARED = Path(__file__).resolve().parents[3] / "shared"
 CARD_FILE = "card.json"  # the card's figures; README.md is the card
 MODEL_FILES = (model_dir.SAFETENSORS_FILE, model_dir.CONFIG_FILE, *model_dir.TOKENIZER_FILES, model_dir.TRAINING_FILE)
 AM_WEIGHTS = {"decoder": 0.6, "ctc": 0.4}
 CHECK_BLIMP_PAIRS, CHECK_UTTS = 10, 200
 
 
-def check_figures(spec: str, lam: float, shared: Path = SHARED) -> dict:
-    """The fixed cheap measurements of a model that its card records (see module docstring)."""
+def check_figures(spec: str, lam: float, data=None) -> dict:
+    """The fixed cheap measurements of a model that its card records (see module docstring), on BLiMP and the
+    LibriSpeech N-best lists of the data directory `data` (default: `datasets.data_dir()`)."""
+    blimp_dir, nbest_dir = datasets.require("blimp", data), datasets.require("librispeech-nbest", data)
     scorer = load_scorer(spec)
-    blimp = score_blimp(scorer, load_blimp(shared / "data/blimp", limit=CHECK_BLIMP_PAIRS), progress=False)
-    full = load_nbest(shared / "data/librispeech_nbest/dev_clean", nbest=10)
+    blimp = score_blimp(scorer, load_blimp(blimp_dir, limit=CHECK_BLIMP_PAIRS), progress=False)
+    full = load_nbest(nbest_dir / "dev_clean", nbest=10)
     keep = sorted(full.hyps)[:CHECK_UTTS]
     subset = NbestSet(full.name, full.source, {u: full.hyps[u] for u in keep}, {u: full.refs[u] for u in keep})
     table = lm_scores(scorer, [h.text for u in keep for h in subset.hyps[u]], progress=False)
@@ -71,7 +72,7 @@ def started_from(training: dict) -> list:
     if init not in pretrained.names():
         raise InputError(f"training.json: started from {init!r}, which is not a shipped model with a card; "
                          "ship it first or train without --init")
-    start = model_dir.read_json(pretrained.ROOT / init / CARD_FILE)
+    start = read_json(pretrained.ROOT / init / CARD_FILE)
     return start.get("started_from", []) + [{k: start[k] for k in ("name", "machine", "command", "training")}]
 
 
@@ -131,18 +132,18 @@ def card_markdown(name: str, card: dict) -> str:
 
 def make(args) -> None:
     model, dest = Path(args.model), pretrained.ROOT / args.name
-    training = model_dir.read_json(model / model_dir.TRAINING_FILE)
-    blimp = model_dir.read_json(Path(args.blimp) / "blimp_results.json")
+    training = read_json(model / model_dir.TRAINING_FILE)
+    blimp = read_json(Path(args.blimp) / "blimp_results.json")
     rescoring = []
     for run in args.rescore:
-        tuning = model_dir.read_json(Path(run) / "tuning.json")
+        tuning = read_json(Path(run) / "tuning.json")
         dev = [s for s in tuning["sets"] if s["role"] == "dev"][0]
         test = [s for s in tuning["sets"] if s["role"] == "test"][0]
         rescoring.append({"dev": dev["name"], "test": test["name"], "lambda": tuning["best"]["lambdas"][0],
                           "wer_am": test["wer_am"], "wer_rescored": test["wer_rescored"],
                           "wer_file": test["wer_file"], "wer_oracle": test["wer_oracle"]})
     lam = next(r["lambda"] for r in rescoring if r["dev"] == "dev_other")
-    cfg = model_dir.read_json(model / model_dir.CONFIG_FILE)["model"]
+    cfg = read_json(model / model_dir.CONFIG_FILE)["model"]
     card = {
         "name": args.name,
         "shape": f"{cfg['n_layers']} layers, d {cfg['d_model']}, {cfg['n_heads']} heads, FFN {cfg['d_ff']}, "
@@ -154,7 +155,7 @@ def make(args) -> None:
         "started_from": started_from(training),
         "blimp": {k: blimp[k] for k in ("pairs", "overall", "phenomena")},
         "rescoring": rescoring,
-        "check": check_figures(str(model), lam),
+        "check": check_figures(str(model), lam, args.dir),
     }
     pretrained.ROOT.mkdir(exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=pretrained.ROOT, prefix=f".{args.name}."))
@@ -178,12 +179,15 @@ def main(argv=None):
     mk.add_argument("--blimp", required=True, help="slm-blimp output directory (full BLiMP)")
     mk.add_argument("--rescore", required=True, nargs="+", help="slm-rescore output directories (tuning.json)")
     mk.add_argument("--command", required=True, help="the command that trained it (for the card)")
-    mk.add_argument("--data", default="../shared/data/text/gutenberg (892 books), decontaminated against "
+    mk.add_argument("--data", default="the 892 Gutenberg books of `slm-data get books`, decontaminated against "
                     "LibriSpeech dev and the mini corpus dev/test books (slm-prepare-lm-text --exclude), BPE 5000")
     mk.add_argument("--machine", default="2-core AMD EPYC (AVX2, no AVX-512), fp32")
     ck = sub.add_parser("check")
     ck.add_argument("model", help="a shipped name or a model directory")
     ck.add_argument("--lambda", dest="lam", type=float, help="LM weight (default: the card's)")
+    for s in (mk, ck):
+        s.add_argument("--dir", help="data directory with blimp/ and librispeech_nbest/ (`slm-data get blimp "
+                       "librispeech-nbest`; default $SLM_LM_DATA, else ~/.cache/slm_lm)")
     args = parser.parse_args(argv)
     try:
         if args.action == "make":
@@ -191,8 +195,8 @@ def main(argv=None):
         else:
             lam = args.lam
             if lam is None:
-                lam = model_dir.read_json(model_dir.resolve(args.model) / CARD_FILE)["check"]["lambda"]
-            print(json.dumps(check_figures(args.model, lam)))
+                lam = read_json(model_dir.resolve(args.model) / CARD_FILE)["check"]["lambda"]
+            print(json.dumps(check_figures(args.model, lam, args.dir)))
     except InputError as e:
         fail("slm-model-card", e)
 

@@ -11,8 +11,8 @@ Per set and LM:
 An LM that helps rescoring fixes often and breaks seldom. Unlike WER after rescoring this needs no
 weight tuning, so LMs compare on their scores alone.
 
-  slm-pairwise-preference --set ../shared/data/librispeech_nbest/dev_clean \\
-      --set ../shared/data/librispeech_nbest/dev_other --lm SLM=slm-books --lm CLM=clm-books \\
+  NBEST=$(slm-data path librispeech-nbest)   # the lists of `slm-data get librispeech-nbest`
+  slm-pairwise-preference --set "$NBEST/dev_clean" --set "$NBEST/dev_other" --lm SLM=slm-books --lm CLM=clm-books \\
       --lm "first-pass LM=score:lm" --nbest 10 --am-weights decoder=0.6,ctc=0.4 \\
       --cache exp/pretrain/eval/lm_cache --out exp/pretrain/eval/pairwise.md
 

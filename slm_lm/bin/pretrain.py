@@ -1,10 +1,10 @@
 """slm-pretrain: encode a corpus, or pre-train an LM kind for a budget of minutes or updates (see slm_lm.pretrain).
 
 `encode` writes NAME.ids.xz and, beside it, NAME.ids.json naming the tokenizer that encoded it; `train` refuses a
-corpus encoded with another tokenizer than the one in --data (a corpus without NAME.ids.json, encoded by an
-older slm-pretrain, is accepted without that check) or holding token ids beyond its vocabulary. One `train` at a
-time writes into an --out (a second is refused); a run resumes the checkpoint in --out, exactly (random-number
-states included), and refuses one of another kind, model shape, dropout, seed or tokenizer.
+corpus encoded with another tokenizer than the one in --data (a corpus without NAME.ids.json is accepted without
+that check) or holding token ids beyond its vocabulary. One `train` at a time writes into an --out (a second is
+refused); a run resumes the checkpoint in --out, exactly (random-number states included), and refuses one of
+another kind, model shape, dropout, seed or tokenizer.
 """
 import argparse
 import json
@@ -29,7 +29,7 @@ def main(argv=None):
     tr.add_argument("--kind", required=True, choices=KINDS)
     tr.add_argument("--data", required=True,
                     help="directory: train.ids.xz, valid.ids.xz, bpe.model, tokens.txt; a corpus whose NAME.ids.json "
-                         "names another tokenizer is refused (one without it, from an older encode, is not checked)")
+                         "names another tokenizer is refused (one without it is not checked)")
     tr.add_argument("--out", required=True,
                     help="directory of the run (one run at a time); a checkpoint there is resumed if it is of the "
                          "same kind, model options, seed and tokenizer, and refused otherwise")

@@ -1,9 +1,10 @@
 """slm-rescore: tune LM weights for N-best rescoring on dev set(s) and apply them to test set(s).
 
-Example (the shared LibriSpeech 10-best lists, first-pass LM removed from the AM score)::
+Example (the LibriSpeech 10-best lists of `slm-data get librispeech-nbest`, first-pass LM removed from the
+AM score)::
 
-    slm-rescore --dev ../shared/data/librispeech_nbest/dev_clean \\
-        --test ../shared/data/librispeech_nbest/dev_other --lm exp/lm/slm_small \\
+    NBEST=$(slm-data path librispeech-nbest)
+    slm-rescore --dev "$NBEST/dev_clean" --test "$NBEST/dev_other" --lm exp/lm/slm_small \\
         --nbest 10 --am-weights decoder=0.6,ctc=0.4 --lambda-range 0:5:0.1 \\
         --cache exp/lm_cache --out exp/rescore/slm_small_tune_clean
 

@@ -2,7 +2,7 @@
 comparisons.
 
 Usage: slm-subset-nbest SRC_DIR DST_DIR --every K
-SRC_DIR is laid out like ../shared/data/librispeech_nbest/<set> (raw_hypotheses/<k>best_recog/* and
+SRC_DIR is laid out like the `slm-data get librispeech-nbest` lists' <set>/ (raw_hypotheses/<k>best_recog/* and
 references/ref_wer.trn); DST_DIR gets the same layout with only the kept utterances.
 """
 import argparse

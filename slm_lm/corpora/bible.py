@@ -1,5 +1,6 @@
-"""The King James Bible that the offline mini corpus is made of (egs/librispeech_slm/local/mini_corpus.py):
-its verses as Debian's bible-kjv prints them, and the books the mini corpus holds out for dev and test."""
+"""The King James Bible that the recipe's offline mini corpus is made of, for the repository's scripts only
+(egs/librispeech_slm/local/mini_corpus.py, local/analyses/mini_heldout_text.py): its verses as Debian's
+bible-kjv prints them, and the books the mini corpus holds out for dev and test."""
 import re
 import subprocess
 

@@ -6,7 +6,7 @@ from espnet2.lm.espnet_model import ESPnetLanguageModel
 from espnet2.torch_utils.device_funcs import force_gatherable
 
 from slm_lm import precision
-from slm_lm.espnet_lm.lm import SlmLMForESPnet
+from slm_lm.espnet_lm.base_lm import SlmLMForESPnet
 
 PAD_ID = 0
 
