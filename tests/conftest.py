@@ -1,16 +1,20 @@
 """`pytest --device cuda` runs the tests that take the `device` fixture on that device (default: cpu).
 
 Those tests are marked `device`, so `pytest --device cuda -m device` runs only them (local/gpu/gpu_session.py).
+cuBLAS reads CUBLAS_WORKSPACE_CONFIG when CUDA starts, so it is set here, before any test: a test may then ask for
+deterministic algorithms (the `deterministic_algorithms` fixture).
 
 The test data: MIRROR, a data directory beside the checkout (../shared/data), read in place by most tests and
 used as the mirror of `slm-data get` by the `fetched_data` fixture, so that the download path is tested too.
 """
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
 MIRROR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
 def pytest_addoption(parser):
@@ -43,3 +47,13 @@ def fetched_data(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("slm_lm_data")
     data.main(["get", "blimp", "librispeech-nbest", "--dir", str(root), "--mirror", str(MIRROR), "--no-progress"])
     return root
+
+
+@pytest.fixture
+def deterministic_algorithms():
+    """torch's deterministic algorithms during the test (without them CUDA's atomic-add kernels make two identical
+    runs differ in the last bits), as they were after it."""
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(before)
