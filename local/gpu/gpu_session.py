@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from slm_lm import datasets
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
 from slm_lm.nbest import load_nbest
@@ -97,8 +98,8 @@ def parse_args(argv=None):
     prep.add_argument("--corpus", required=True,
                       help="train.ids.xz, valid.ids.xz, bpe.model, tokens.txt (slm-pretrain encode)")
     prep.add_argument("--data", required=True, help="the folder to build (git-ignored: it travels as a carry path)")
-    prep.add_argument("--nbest", default=str(ROOT.parent / "shared/data/librispeech_nbest/dev_other"),
-                      help="the N-best set whose unique 10-best texts time the scoring")
+    prep.add_argument("--nbest", help="the N-best set whose unique 10-best texts time the scoring "
+                      "(default: dev_other of slm-data get librispeech-nbest)")
     prep.add_argument("--travel-mib", type=float, default=64.0, help="what may travel: repository + --data")
     prep.add_argument("--spare-mib", type=float, default=1.0, help="kept free under --travel-mib")
     run = sub.add_parser("run", help="the GPU command (or its CPU rehearsal with --dry-run)")
@@ -167,14 +168,15 @@ def prepare(args) -> None:
         raise InputError(f"--data {data} is the --corpus folder; give another folder")
     if data.is_dir() and any(data.iterdir()) and not (data / MADE).exists():
         raise InputError(f"--data {data}: a folder that `prepare` did not make; give a new folder")
+    nbest = args.nbest or datasets.require("librispeech-nbest") / "dev_other"
     tokenizer = Tokenizer.from_dir(corpus)
     ids = read_ids(corpus / "train.ids.xz", tokenizer)
     load_corpus(corpus / "valid.ids.xz", tokenizer)
     data.mkdir(parents=True, exist_ok=True)
-    write_atomic(data / MADE, json.dumps({"corpus": str(corpus), "nbest": str(args.nbest)}) + "\n")
+    write_atomic(data / MADE, json.dumps({"corpus": str(corpus), "nbest": str(nbest)}) + "\n")
     for name in ("bpe.model", "tokens.txt", "valid.ids.xz", "valid.ids.json"):
         write_atomic(data / name, (corpus / name).read_bytes())
-    write_atomic(data / "nbest_texts.txt.xz", lzma.compress(("\n".join(load_nbest(args.nbest, nbest=10).unique_texts()) + "\n").encode()))
+    write_atomic(data / "nbest_texts.txt.xz", lzma.compress(("\n".join(load_nbest(nbest, nbest=10).unique_texts()) + "\n").encode()))
     ends = np.flatnonzero(ids == 0)
     kept, size = len(ends), (corpus / "train.ids.xz").stat().st_size
     for name in ("train.ids.xz", "train.ids.json"):  # an earlier `prepare`'s
