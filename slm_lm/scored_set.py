@@ -43,7 +43,8 @@ def am_score(hyp: Hypothesis, am_weights: dict[str, float] | None) -> float:
         return hyp.score
     missing = [k for k in am_weights if k not in hyp.scores]
     if missing:
-        hint = "" if hyp.scores else "; without --am-weights the AM score is that total"
+        hint = "" if hyp.scores else ("; slm-am-scores writes them from the ASR model, or without --am-weights "
+                                      "the AM score is that total")
         raise InputError(no_score_message(hyp, repr(missing[0])) + hint)
     return sum(w * hyp.scores[k] for k, w in am_weights.items())
 
