@@ -40,7 +40,9 @@ class RegisteringLoader:
                   f"{OPT_OUT}=1 turns this registration off", file=sys.stderr)
 
     def __getattr__(self, name):  # get_code, get_source, ... as ESPnet's loader
-        return getattr(self.__dict__["loader"], name)
+        if name == "loader":  # not set yet (no recursion)
+            raise AttributeError(name)
+        return getattr(self.loader, name)
 
 
 class RegisterKindsFinder:
