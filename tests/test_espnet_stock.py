@@ -148,6 +148,28 @@ def test_broken_slm_lm_leaves_stock_espnet_working(installed, tmp_path, how, pro
         assert quiet.returncode == 0 and warnings_of(quiet.stderr) == [], quiet.stderr[-3000:]
 
 
+def test_tuning_config_trains_in_stock_lm_train_without_tensorboard(installed, data, tmp_path):  # noqa: F811
+    """`--lm_config conf/train_lm_clm_small.yaml` as asr.sh hands it to stock `lm_train`, in an environment
+    without tensorboard (as the package's extras build it): one update of the small clm (the config as it is
+    but for the number and size of batches)."""
+    assert start(installed, "-c", "import tensorboard", cwd=tmp_path).returncode != 0, "tensorboard is installed"
+    sentences = (data["root"] / "train.txt").read_text().splitlines()[:8]
+    text, shape = tmp_path / "text", tmp_path / "text_shape"
+    text.write_text("".join(f"lm{i:04d} {s}\n" for i, s in enumerate(sentences)))
+    shape.write_text("".join(f"lm{i:04d} {len(s.split())}\n" for i, s in enumerate(sentences)))
+    config = REPO / "egs" / "librispeech_slm" / "conf" / "tuning" / "train_lm_clm_small.yaml"
+    data_options = [f"--{split}_{option}" for split in ("train", "valid") for option in ("data_path_and_name_and_type",
+                                                                                          "shape_file")]
+    values = [f"{text},text,text", str(shape)] * 2
+    run(installed, "-m", "espnet2.bin.lm_train", "--config", str(config), "--ngpu", "0", "--use_preprocessor", "true",
+        "--token_type", "bpe", "--bpemodel", str(data["root"] / "tok" / "bpe.model"),
+        "--token_list", str(data["root"] / "tok" / "tokens.txt"), *(x for pair in zip(data_options, values) for x in pair),
+        "--max_epoch", "1", "--num_iters_per_epoch", "1", "--batch_bins", "64", "--num_workers", "0",
+        "--output_dir", str(tmp_path / "lm"), cwd=tmp_path)
+    assert yaml.safe_load((tmp_path / "lm" / "config.yaml").read_text())["use_tensorboard"] is False
+    assert (tmp_path / "lm" / "1epoch.pth").is_file()
+
+
 def asr_sh_lm_stages(installed, asr_exp, data, tmp_path, kind: str) -> Path:
     """asr.sh's stages 6-8 with `--lm_config` a tiny config of `kind` and asr.sh's token list, as stock
     ESPnet modules: collect-stats, aggregation, text_shape.bpe, training (resumed: a second run does
