@@ -43,9 +43,19 @@ def am_score(hyp: Hypothesis, am_weights: dict[str, float] | None) -> float:
         return hyp.score
     missing = [k for k in am_weights if k not in hyp.scores]
     if missing:
-        have = ", ".join(sorted(hyp.scores)) or "none (no scores file?)"
-        raise InputError(f"{hyp.where}: no per-scorer score {missing[0]!r}; have {have}")
+        hint = "" if hyp.scores else ("; slm-am-scores writes them from the ASR model, or without --am-weights "
+                                      "the AM score is that total")
+        raise InputError(no_score_message(hyp, repr(missing[0])) + hint)
     return sum(w * hyp.scores[k] for k, w in am_weights.items())
+
+
+def no_score_message(hyp: Hypothesis, what: str) -> str:
+    """The error for a per-scorer score `what` that a hypothesis lacks: the scores it has, or that its N-best
+    has none (stock ESPnet `asr_inference` writes only the total `score`, no `scores` file)."""
+    if hyp.scores:
+        return f"{hyp.where}: no per-scorer score {what}; have {', '.join(sorted(hyp.scores))}"
+    return (f"{hyp.where}: no per-scorer score {what}: the N-best has only the total score, no 'scores' file "
+            "(ESPnet's asr_inference writes none)")
 
 
 SCORE_COLUMN = "score:"
@@ -69,8 +79,7 @@ class ScoreColumn:
     def value(self, hyp: Hypothesis) -> float:
         """The column's score of one hypothesis."""
         if self.column not in hyp.scores:
-            have = ", ".join(sorted(hyp.scores)) or "none (no scores file?)"
-            raise InputError(f"{hyp.where}: no per-scorer score {self.column!r} for LM {self.name!r}; have {have}")
+            raise InputError(no_score_message(hyp, f"{self.column!r} for LM {self.name!r}"))
         return hyp.scores[self.column]
 
 

@@ -143,3 +143,14 @@ def test_profile_train_step_prints_the_pass_time_and_top_operators(tmp_path):
     )
     assert "slm, bfloat16" in proc.stdout and "3 batches of <= 64 padded tokens" in proc.stdout
     assert "Self CPU" in proc.stdout and "aten::" in proc.stdout
+
+
+def test_hook_startup_benchmark_installs_and_reports():
+    """bench_hook_startup.py installs this checkout into a fresh environment and prints the hook's import
+    time and the start-up wall times (no figure is checked: it is a measurement, not a test of speed)."""
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_hook_startup.py"), "--runs", "2"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert lines[1].startswith("hook import (-X importtime, cumulative): median ") and lines[2].startswith(
+        "wall time: median "), result.stdout

@@ -232,6 +232,30 @@ def test_shipped_configs_parse_and_hold_paper_hyper_parameters(tmp_path):
             assert cfg.dropout == 0.1 and args.use_amp
 
 
+def test_stock_lm_task_trains_the_shipped_configs_with_the_kinds_objective(tmp_path):
+    """ESPnet's own LMTask (stock lm_train, as asr.sh runs it) with each shipped LM config: a config without
+    `model:` (ESPnet's default `lm`, a causal objective) builds `--model slm_lm` as SlmLMTask does, and
+    config.yaml records it; the tuning configs turn tensorboard off (not a dependency: stock lm_train would
+    fail without it)."""
+    from espnet2.tasks.lm import LMTask
+
+    from slm_lm.espnet_lm.espnet_model import SlmESPnetLanguageModel
+    from slm_lm.espnet_lm.registry import register_kinds
+
+    register_kinds()
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(ASR_SH_TOKENS)
+    conf = REPO / "egs" / "librispeech_slm" / "conf"
+    parser = LMTask.get_parser()
+    for path in sorted(conf.glob("*_lm_*_mini.yaml")):
+        args = parser.parse_args(["--config", str(path), "--token_list", str(tokens), "--output_dir", str(tmp_path)])
+        assert isinstance(LMTask.build_model(args), SlmESPnetLanguageModel) and args.model == "slm_lm", path
+    assert isinstance(LMTask.build_model(stock_args(str(tokens), "clm", model="lm")), SlmESPnetLanguageModel)
+    for path in sorted((conf / "tuning").glob("train_lm_*.yaml")):
+        args = parser.parse_args(["--config", str(path), "--token_list", str(tokens), "--output_dir", str(tmp_path)])
+        assert args.model == "slm_lm" and args.use_tensorboard is False, path
+
+
 def unigram_entropy(data) -> float:
     """Per-token entropy (nats) of the train pieces + end of sentence: the best context-free loss."""
     from slm_lm.tokenizer import Tokenizer

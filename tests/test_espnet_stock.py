@@ -7,6 +7,7 @@ aggregation and `text_shape.bpe`, `espnet2.bin.lm_train` with `--fold_length 150
 `lm_calc_perplexity`, and `asr_inference` with the clm as `--lm_train_config` (shallow fusion).
 """
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -54,22 +55,119 @@ def test_editable_install_ships_the_hook(tmp_path):
     assert pths[-1] == "slm_lm_espnet_hook.pth" and len(pths) == 2, names
 
 
-def run(python: Path, *args, cwd: Path):
-    """A command of the installed environment, without PYTHONPATH (stdout returned)."""
-    env = {"PATH": f"{python.parent}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": os.environ.get("HOME", "/tmp")}
-    result = subprocess.run([str(python), *args], cwd=cwd, env=env, capture_output=True, text=True)
+def start(python: Path, *args, cwd: Path, **env) -> subprocess.CompletedProcess:
+    """A command of the installed environment, without PYTHONPATH unless `env` gives one."""
+    env = {"PATH": f"{python.parent}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": os.environ.get("HOME", "/tmp"),
+           **env}
+    return subprocess.run([str(python), *args], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+def run(python: Path, *args, cwd: Path, **env):
+    """A command of the installed environment that must succeed (stdout returned)."""
+    result = start(python, *args, cwd=cwd, **env)
     assert result.returncode == 0, f"{args[:3]}: rc={result.returncode}\n{result.stderr[-3000:]}"
     return result.stdout
 
 
 def test_hook_registers_on_espnet_lm_import_and_costs_nothing_before(installed, tmp_path):
-    """A program that never imports `espnet2.tasks.lm` imports neither slm_lm nor ESPnet; a fresh
-    `import espnet2.tasks.lm` has the kinds."""
+    """A program that never imports `espnet2.tasks.lm` imports neither slm_lm nor ESPnet, and the hook's
+    .pth adds no module to a start-up but the hook itself; a fresh `import espnet2.tasks.lm` has the kinds."""
     loaded = run(installed, "-c", "import json, sys; print(sorted(m for m in sys.modules if m.split('.')[0] in "
                  "('slm_lm', 'espnet2', 'torch')))", cwd=tmp_path)
     assert loaded.strip() == "[]"
+    modules = "import sys; print(' '.join(sorted(sys.modules)))"
+    with_hook = set(run(installed, "-c", modules, cwd=tmp_path).split())
+    pth = next(installed.parent.parent.glob("lib/python*/site-packages/slm_lm_espnet_hook.pth"))
+    pth.rename(tmp_path / pth.name)
+    try:
+        without_hook = set(run(installed, "-c", modules, cwd=tmp_path).split())
+    finally:
+        (tmp_path / pth.name).rename(pth)
+    assert with_hook - without_hook == {"slm_lm_espnet_hook"}
     run(installed, "-c", KINDS_CHECK, cwd=tmp_path)
     run(installed, "-c", "import espnet2.bin.lm_train, espnet2.bin.asr_inference\n" + KINDS_CHECK, cwd=tmp_path)
+
+
+# slm_lm's and ESPnet's modules that take part in the registration: the hook registers while the import that
+# first runs `espnet2.tasks.lm` is under way, so importing each first (the others after it) is each order
+# in which a module can be half-initialised at that moment.
+IMPORT_ORDER = ["slm_lm.espnet_lm.registry", "slm_lm.espnet_lm.task", "slm_lm.espnet_lm.espnet_model",
+                "slm_lm.espnet_lm.lm", "slm_lm.espnet_lm.checks", "slm_lm.bin.lm_train", "slm_lm.bin.asr_inference",
+                "espnet2.tasks.lm", "espnet2.bin.lm_train", "espnet2.bin.asr_inference"]
+
+
+@pytest.mark.parametrize("first", IMPORT_ORDER)
+def test_any_import_order_registers_the_kinds(installed, tmp_path, first):
+    """In a fresh interpreter of the installed environment, `first` and then the other modules import, the
+    hook has registered the kinds, and the documented `register_kinds()` (not needed there) works too."""
+    order = [first, *(name for name in IMPORT_ORDER if name != first)]
+    code = (f"import importlib\nfor name in {order!r}:\n    importlib.import_module(name)\n{KINDS_CHECK}\n"
+            "from slm_lm.espnet_lm.registry import register_kinds; register_kinds()\n" + KINDS_CHECK)
+    result = start(installed, "-c", code, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "slm_lm: warning" not in result.stderr
+
+
+def broken_slm_lm(root: Path, how: str) -> Path:
+    """A copy of this checkout's slm_lm under `root` with one module missing or raising at import (for
+    PYTHONPATH, ahead of the installed one)."""
+    shutil.copytree(REPO / "slm_lm", root / "slm_lm", ignore=shutil.ignore_patterns("pretrained", "__pycache__"))
+    if how == "missing":
+        (root / "slm_lm" / "espnet_lm" / "lm.py").unlink()
+    else:
+        registry = root / "slm_lm" / "espnet_lm" / "registry.py"
+        registry.write_text("raise RuntimeError('half-installed on purpose')\n" + registry.read_text())
+    return root
+
+
+def warnings_of(stderr: str) -> list:
+    return [line for line in stderr.splitlines() if "slm_lm" in line]
+
+
+@pytest.mark.parametrize("how, problem", [("missing", "ModuleNotFoundError: No module named 'slm_lm.espnet_lm.lm'"),
+                                          ("raising", "RuntimeError: half-installed on purpose")])
+def test_broken_slm_lm_leaves_stock_espnet_working(installed, tmp_path, how, problem):
+    """With an slm_lm that cannot register, stock ESPnet imports and its tools run as without slm_lm, with
+    one warning line naming the problem; `--lm slm` is then ESPnet's own invalid choice."""
+    path = str(broken_slm_lm(tmp_path / "broken", how))
+    result = start(installed, "-c", "import espnet2.tasks.lm", cwd=tmp_path, PYTHONPATH=path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert warnings_of(result.stderr) == [
+        f"slm_lm: warning: ESPnet runs without the slm_lm LM kinds ({problem}); "
+        "SLM_LM_NO_ESPNET_HOOK=1 turns this registration off"]
+    if how == "missing":
+        for tool in ("lm_train", "asr_inference"):
+            result = start(installed, "-m", f"espnet2.bin.{tool}", "--help", cwd=tmp_path, PYTHONPATH=path)
+            assert result.returncode == 0 and "usage:" in result.stdout, result.stderr[-3000:]
+            assert len(warnings_of(result.stderr)) == 1
+        result = start(installed, "-m", "espnet2.bin.lm_train", "--lm", "slm", cwd=tmp_path, PYTHONPATH=path)
+        assert result.returncode == 2 and "invalid choice: 'slm'" in result.stderr, result.stderr[-3000:]
+        assert len(warnings_of(result.stderr)) == 1
+        quiet = start(installed, "-c", "import espnet2.tasks.lm", cwd=tmp_path, PYTHONPATH=path,
+                      SLM_LM_NO_ESPNET_HOOK="1")
+        assert quiet.returncode == 0 and warnings_of(quiet.stderr) == [], quiet.stderr[-3000:]
+
+
+def test_tuning_config_trains_in_stock_lm_train_without_tensorboard(installed, data, tmp_path):  # noqa: F811
+    """`--lm_config conf/train_lm_clm_small.yaml` as asr.sh hands it to stock `lm_train`, in an environment
+    without tensorboard (as the package's extras build it): one update of the small clm (the config as it is
+    but for the number and size of batches)."""
+    assert start(installed, "-c", "import tensorboard", cwd=tmp_path).returncode != 0, "tensorboard is installed"
+    sentences = (data["root"] / "train.txt").read_text().splitlines()[:8]
+    text, shape = tmp_path / "text", tmp_path / "text_shape"
+    text.write_text("".join(f"lm{i:04d} {s}\n" for i, s in enumerate(sentences)))
+    shape.write_text("".join(f"lm{i:04d} {len(s.split())}\n" for i, s in enumerate(sentences)))
+    config = REPO / "egs" / "librispeech_slm" / "conf" / "tuning" / "train_lm_clm_small.yaml"
+    data_options = [f"--{split}_{option}" for split in ("train", "valid") for option in ("data_path_and_name_and_type",
+                                                                                          "shape_file")]
+    values = [f"{text},text,text", str(shape)] * 2
+    run(installed, "-m", "espnet2.bin.lm_train", "--config", str(config), "--ngpu", "0", "--use_preprocessor", "true",
+        "--token_type", "bpe", "--bpemodel", str(data["root"] / "tok" / "bpe.model"),
+        "--token_list", str(data["root"] / "tok" / "tokens.txt"), *(x for pair in zip(data_options, values) for x in pair),
+        "--max_epoch", "1", "--num_iters_per_epoch", "1", "--batch_bins", "64", "--num_workers", "0",
+        "--output_dir", str(tmp_path / "lm"), cwd=tmp_path)
+    assert yaml.safe_load((tmp_path / "lm" / "config.yaml").read_text())["use_tensorboard"] is False
+    assert (tmp_path / "lm" / "1epoch.pth").is_file()
 
 
 def asr_sh_lm_stages(installed, asr_exp, data, tmp_path, kind: str) -> Path:

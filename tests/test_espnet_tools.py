@@ -271,3 +271,61 @@ def test_recipe_decoding_checks_the_fusion_lm(asr_exp, tmp_path):
         decode_nbest.main([*common, "--decode-config", str(conf / "decode_asr_beam10.yaml"),
                            "--lm-config", str(asr_exp / "lm_clm" / "config.yaml"), "--lm-file", str(clm_checkpoint)])
     assert not (tmp_path / "out").exists()
+
+
+def test_am_scores_recompute_the_beam_search_scores_of_stock_nbest(asr_exp, tmp_path):
+    """`slm-am-scores` on N-best lists in asr.sh's layout with only the total `score` (as stock asr_inference
+    writes them): each hypothesis's recomputed decoder and CTC log-likelihoods equal the scores ESPnet's
+    beam search gave it within 1e-3 (hypotheses cut at maxlen, whose end of sentence the beam search does
+    not score, left out), `slm-rescore`'s reader takes them for --am-weights, a second run leaves the files
+    as they are, and an utterance missing from wav.scp is one error line."""
+    from espnet2.bin.asr_inference import Speech2Text
+
+    from slm_lm.bin.am_scores import main
+    from slm_lm.nbest import read_espnet_nbest
+    from slm_lm.scored_set import am_score
+
+    s2t = Speech2Text(asr_train_config=asr_exp / "asr" / "config.yaml", asr_model_file=asr_exp / "asr" / "model.pth",
+                      ctc_weight=0.3, beam_size=3, nbest=3, maxlenratio=0.0, device="cpu")
+    decode = tmp_path / "decode_asr" / "test"
+    expected, compared = {}, 0
+    for uttid in sorted(UTTERANCES):
+        speech = torch.tensor(soundfile.read(asr_exp / f"{uttid}.wav", dtype="float32")[0])
+        maxlen = s2t.asr_model.encode(speech[None], torch.tensor([len(speech)]))[0].shape[1]
+        for k, (text, token, token_int, hyp) in enumerate(s2t(speech), 1):
+            rank_dir = decode / "logdir" / "output.1" / f"{k}best_recog"
+            rank_dir.mkdir(parents=True, exist_ok=True)
+            for name, value in (("text", text), ("token", " ".join(token)), ("token_int", " ".join(map(str, token_int))),
+                                ("score", str(float(hyp.score)))):
+                with open(rank_dir / name, "a") as f:
+                    f.write(f"{uttid} {value}\n")
+            if len(hyp.yseq) <= maxlen + 1:
+                expected[uttid, k] = {name: float(hyp.scores[name]) for name in ("decoder", "ctc")}
+                expected[uttid, k]["length_bonus"] = len(hyp.yseq) - 1
+    assert len(expected) >= 2, expected
+    wav_scp = asr_exp / "wav.scp"
+    common = ["--asr-config", str(asr_exp / "asr" / "config.yaml"), "--asr-model", str(asr_exp / "asr" / "model.pth")]
+    main([*common, "--wav-scp", str(wav_scp), str(decode)])
+    nbest = read_espnet_nbest(decode)
+    for (uttid, k), scores in expected.items():
+        hyp = nbest[uttid][k - 1]
+        for name, value in scores.items():
+            assert hyp.scores[name] == pytest.approx(value, abs=1e-3), (uttid, k, name)
+        compared += 1
+        assert am_score(hyp, {"decoder": 0.7, "ctc": 0.3}) == pytest.approx(
+            0.7 * scores["decoder"] + 0.3 * scores["ctc"], abs=1e-3)
+    assert compared == len(expected)
+    written = {p: p.stat().st_mtime_ns for p in decode.rglob("scores")}
+    assert len(written) == 3
+    main([*common, "--wav-scp", str(wav_scp), str(decode)])
+    assert {p: p.stat().st_mtime_ns for p in decode.rglob("scores")} == written
+
+    for p in written:
+        p.unlink()
+    partial = tmp_path / "wav.scp"
+    partial.write_text(wav_scp.read_text().splitlines()[0] + "\n")
+    with pytest.raises(SystemExit) as info:
+        main([*common, "--wav-scp", str(partial), str(decode)])
+    assert info.value.code == 2 and str(info.value) == (
+        f"slm-am-scores: error: {partial}: no line for utterance 'spk1-utt2' (of {decode / 'logdir' / 'output.1'})")
+    assert not list(decode.rglob("scores"))

@@ -122,6 +122,11 @@ def test_am_weights_select_components():
     assert set_report(s, Weights((0.0,)), "dev").wer_am == 0.0  # picks B on decoder/ctc alone
     with pytest.raises(InputError, match=r"dev:u:1: no per-scorer score 'attention'"):
         am_score(nb.hyps["u"][0], {"attention": 1.0})
+    stock = make_set("dev", {"u": ("A", [("A", -1.0, {})])})  # ESPnet's asr_inference: the total score only
+    with pytest.raises(InputError, match=r"^dev:u:1: no per-scorer score 'decoder': the N-best has only the total score, "
+                       r"no 'scores' file \(ESPnet's asr_inference writes none\); slm-am-scores writes them from the "
+                       r"ASR model, or without --am-weights the AM score is that total$"):
+        am_score(stock.hyps["u"][0], weights)
     for bad in ["decoder", "decoder=x", "=1"]:
         with pytest.raises(InputError, match="--am-weights"):
             parse_am_weights(bad)
