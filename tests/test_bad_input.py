@@ -591,7 +591,7 @@ def test_rescore_refuses_an_out_holding_a_reference_file_or_the_cache(tmp_path):
     ref.write_text("".join(f"{u} {t}\n" for u, t in NBEST_REFS.items()))
     before = snapshot(tmp_path)
     result = cli("rescore", *rescore_argv(tsv, ref, refs2))
-    expect_error(result, "slm-rescore", f"--out {refs2} overlaps the input {ref}")
+    expect_error(result, "slm-rescore", f"--out {refs2}: contains the input {ref}")
     assert snapshot(tmp_path) == before and ref.is_file()
     out = tmp_path / "out"
     for cache, needle in ((out, "is the cache or inside it"), (tmp_path, "is the cache or inside it"),

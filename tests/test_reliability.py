@@ -181,7 +181,7 @@ def test_rescore_outputs_never_overlap_inputs_and_replace_a_run_as_a_whole(model
     before = dev.read_bytes()
     for out in (tmp_path, decode, dev):  # around, around, the input itself
         expect_exit_2(capsys, rescore_cli.main, ["--dev", str(dev), "--dev-ref", str(dev_ref), "--lm",
-                                                 str(model_dir), "--out", str(out)], "overlaps the input")
+                                                 str(model_dir), "--out", str(out)], "outputs never replace")
     assert dev.read_bytes() == before
     dots, dots_ref = write_nbest(tmp_path, "..", HYPS, REFS)  # a set named ".."
     expect_exit_2(capsys, rescore_cli.main, ["--dev", str(dots), "--dev-ref", str(dots_ref), "--lm",
