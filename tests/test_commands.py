@@ -1,0 +1,249 @@
+"""Every command keeps the same promises: it never replaces an input or a file it did not create (one set of
+output rules, slm_lm.outputs), exits 0 after a good run with nothing on stderr but progress, checks every
+numeric option, and names the line of a bad one in its input."""
+import configparser
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_bad_input import ROOT, TEXT, blimp_record, cli, expect_error, nbest_tsv, run, snapshot, tiny_model  # noqa: F401
+
+REFS = {"u1": "AND GOD SAW THE LIGHT", "u2": "THE EARTH WAS WITHOUT FORM", "u3": "IT'S A QUICK BROWN FOX"}
+HYPS = {"u1": ["AND GOD SAW THE LIGHT", "AND GOD SAW THE NIGHT"],
+        "u2": ["THE EARTH WAS VOID", "THE EARTH WAS WITHOUT FORM"],
+        "u3": ["IT'S A QUICK BROWN FOX", "IT'S A QUICK BROWN BOX"]}
+
+
+def espnet_set(directory: Path) -> Path:
+    """An N-best set in ESPnet's layout (raw_hypotheses/<k>best_recog/{text,score,scores}, references/)."""
+    for rank in (1, 2):
+        folder = directory / "raw_hypotheses" / f"{rank}best_recog"
+        folder.mkdir(parents=True)
+        hyps = {u: h[rank - 1] for u, h in HYPS.items()}
+        (folder / "text").write_text("".join(f"{u} {t}\n" for u, t in hyps.items()))
+        (folder / "score").write_text("".join(f"{u} tensor(-{rank + i}.5)\n" for i, u in enumerate(hyps)))
+        (folder / "scores").write_text("".join(
+            f'{u} {{"decoder": "tensor(-{rank}.0)", "ctc": "tensor(-{i}.0)", "lm": "tensor(-{rank + i}.0)"}}\n'
+            for i, u in enumerate(hyps)))
+    (directory / "references").mkdir()
+    (directory / "references" / "ref_wer.trn").write_text("".join(f"{t}\t({u})\n" for u, t in REFS.items()))
+    return directory
+
+
+@pytest.fixture
+def sets(tmp_path):
+    return espnet_set(tmp_path / "in" / "dev_a"), espnet_set(tmp_path / "in" / "dev_b")
+
+
+# 1. No command replaces an input or a file it did not create
+
+def test_subset_nbest_never_writes_its_source(sets, tmp_path):
+    source = sets[0]
+    before = snapshot(tmp_path)
+    for dst, how in ((source, "is"), (source / "raw_hypotheses" / "sub", "is inside"), (tmp_path / "in", "contains")):
+        expect_error(cli("subset_nbest", source, dst, "--every", "2"), "slm-subset-nbest",
+                     f"DST_DIR {dst}: {how} the input {source}")
+    assert snapshot(tmp_path) == before
+
+
+def test_subset_nbest_replaces_only_an_earlier_subset(sets, tmp_path):
+    source, user = sets[0], tmp_path / "mine"
+    (user / "references").mkdir(parents=True)
+    (user / "references" / "ref_wer.trn").write_text("my notes\n")
+    expect_error(cli("subset_nbest", source, user, "--every", "2"), "slm-subset-nbest",
+                 f"{user / 'references'}: not written by slm-subset-nbest")
+    assert (user / "references" / "ref_wer.trn").read_text() == "my notes\n"
+    out = tmp_path / "sub"
+    for every in ("2", "1"):  # a second run replaces the first one's subset
+        result = cli("subset_nbest", source, out, "--every", every)
+        assert result.returncode == 0 and not result.stderr, result.stderr
+    assert (out / "raw_hypotheses" / "2best_recog" / "text").read_text().count("\n") == 3
+    assert json.loads((out / "subset.json").read_text())["every"] == 1
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary directory left
+
+
+@pytest.mark.parametrize("target", ["references/ref_wer.trn", "raw_hypotheses/1best_recog/text", "."])
+def test_pairwise_preference_never_writes_over_a_set(sets, tmp_path, target):
+    before = snapshot(tmp_path)
+    out = sets[0] / target
+    result = cli("pairwise_preference", "--set", sets[0], "--set", sets[1], "--lm", "score:lm", "--nbest", "2",
+                 "--out", out)
+    expect_error(result, "slm-pairwise-preference", f"--out {out}: ", f"the input {sets[0]}")
+    assert snapshot(tmp_path) == before
+
+
+def test_pairwise_preference_writes_through_a_link(sets, tmp_path):
+    (tmp_path / "tables").mkdir()
+    link = tmp_path / "pairs.md"
+    link.symlink_to(tmp_path / "tables" / "pairs.md")
+    result = cli("pairwise_preference", "--set", sets[0], "--lm", "score:lm", "--nbest", "2", "--out", link)
+    assert result.returncode == 0, result.stderr
+    assert link.is_symlink() and (tmp_path / "tables" / "pairs.md").read_text().startswith("| LM |")
+
+
+@pytest.fixture
+def two_models(tiny_model, tmp_path):
+    return [shutil.copytree(tiny_model, tmp_path / name) for name in ("m1", "m2")]
+
+
+@pytest.mark.parametrize("through_link", [False, True])
+def test_average_models_never_replaces_a_users_model(two_models, tiny_model, tmp_path, through_link):
+    mine = shutil.copytree(tiny_model, tmp_path / "mine")
+    out = mine
+    if through_link:
+        out = tmp_path / "link"
+        out.symlink_to(mine)
+    before = snapshot(tmp_path)
+    result = cli("average_models", "--model", two_models[0], "--model", two_models[1], "--out", out)
+    expect_error(result, "slm-average-models", f"{out}/config.json: not written by slm-average-models")
+    assert snapshot(tmp_path) == before and out.is_symlink() == through_link
+    for model in (two_models[0], tmp_path):  # a model itself; a directory holding one
+        result = cli("average_models", "--model", two_models[0], "--model", two_models[1], "--out", model)
+        expect_error(result, "slm-average-models", f"--out {model}: ", "the input")
+    assert snapshot(tmp_path) == before
+
+
+def test_average_models_replaces_an_earlier_average_through_a_link(two_models, tmp_path):
+    (tmp_path / "avg").mkdir()
+    (tmp_path / "avg" / "notes.txt").write_text("mine\n")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "avg")
+    for _ in range(2):
+        result = cli("average_models", "--model", two_models[0], "--model", two_models[1], "--out", link)
+        assert result.returncode == 0 and not result.stderr, result.stderr
+    assert link.is_symlink() and (tmp_path / "avg" / "notes.txt").read_text() == "mine\n"
+    assert json.loads((tmp_path / "avg" / "training.json").read_text())["averaged_from"] == [str(m) for m in two_models]
+    assert not [p for p in tmp_path.rglob(".*")]  # no temporary directory left
+
+
+def test_lm_combination_never_replaces_a_users_table(sets, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "combination.md").write_text("my table\n")
+    argv = ["--dev", f"{sets[0]},{sets[1]}", "--lm", "score:lm", "--lambda-range", "0:1:0.5", "--no-progress"]
+    result = cli("lm_combination", *argv, "--out", out)
+    expect_error(result, "slm-lm-combination", f"{out / 'combination.md'}: not written by slm-lm-combination")
+    assert [p.name for p in out.iterdir()] == ["combination.md"] and (out / "combination.md").read_text() == "my table\n"
+    expect_error(cli("lm_combination", *argv, "--out", sets[0]), "slm-lm-combination", f"--out {sets[0]}: is the input")
+    fresh = tmp_path / "fresh"
+    for _ in range(2):  # its own table is replaced
+        result = cli("lm_combination", *argv, "--out", fresh)
+        assert result.returncode == 0 and not result.stderr, result.stderr
+    assert (fresh / "combination.md").read_text().startswith("| system |")
+
+
+# 2. Every console script exits 0 after a good run, with nothing on stderr but progress
+
+def console_scripts() -> dict:
+    """{command: "module:function"} of setup.cfg."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    lines = config["options.entry_points"]["console_scripts"].strip().splitlines()
+    return dict(tuple(part.strip() for part in line.split("=")) for line in lines)
+
+
+def console(command, *args, cwd=None):
+    """Run `command` as its installed console script does: sys.exit(function()), argv[0] the command."""
+    module, function = console_scripts()[command].split(":")
+    code = (f"import sys; sys.argv[0] = {command!r}; from {module} import {function}; sys.exit({function}())")
+    return run(sys.executable, "-c", code, *args, cwd=cwd)
+
+
+# stderr lines a good run may print: progress bars (tqdm's), summaries, and ESPnet's log
+PROGRESS_BAR = r"|[\w .]+: +(\d+%\|.*|\d+\w+ \[.*)"
+PROGRESS = {"slm-score": r"slm-score: scored \d+ sentences .*", "slm-lm-train": r".*"}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    """A saved tiny SLM (random weights) whose tokenizer knows every letter (BLiMP and the N-best lists)."""
+    from slm_lm import build_lm
+    from slm_lm.bpe import train_bpe
+    from slm_lm.scorer import Scorer
+
+    d = tmp_path_factory.mktemp("model")
+    (d / "text.txt").write_text((TEXT + "THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG\n") * 30)
+    tokenizer = train_bpe(d / "text.txt", d / "bpe", vocab_size=60)
+    model = build_lm("slm", tokenizer.vocab_size, size="tiny", max_positions=1024)
+    Scorer(model, tokenizer).save_pretrained(d / "slm")
+    return d / "slm"
+
+
+@pytest.fixture(scope="module")
+def good_inputs(tmp_path_factory):
+    """Input files every command can run on."""
+    d = tmp_path_factory.mktemp("good")
+    (d / "text.txt").write_text(TEXT * 30)
+    espnet_set(d / "dev_a")
+    espnet_set(d / "dev_b")
+    tsv, ref = nbest_tsv(d / "tsv")
+    (d / "blimp").mkdir()
+    (d / "blimp" / "anaphor_gender_agreement.jsonl").write_text(
+        blimp_record(sentence_good="And God saw the light.", sentence_bad="And God saw the night.") + "\n")
+    (d / "hyp_a").write_text("".join(f"{u} {h[0]}\n" for u, h in HYPS.items()))
+    (d / "hyp_b").write_text("".join(f"{u} {h[1]}\n" for u, h in HYPS.items()))
+    (d / "ref").write_text("".join(f"{u} {t}\n" for u, t in REFS.items()))
+    return d, tsv, ref
+
+
+def good_argv(command, d, tsv, ref, model, out):
+    sets = f"{d / 'dev_a'},{d / 'dev_b'}"
+    return {
+        "slm-score": ["--model", model, "--input", d / "text.txt", "--output", out / "scores.tsv"],
+        "slm-prepare-lm-text": ["--books", d / "text.txt", "--normalized", "--out", out / "train.txt"],
+        "slm-train-bpe": ["--text", d / "text.txt", "--vocab-size", "40", "--out", out / "bpe"],
+        "slm-blimp": ["--model", model, "--data", d / "blimp", "--out", out / "blimp", "--no-progress"],
+        "slm-rescore": ["--dev", tsv, "--dev-ref", ref, "--lm", model, "--lambda-range", "0:1:0.5", "--out",
+                        out / "rescore", "--no-progress"],
+        "slm-init-slm": ["--from", model, "--kind", "slm", "--out", out / "init"],
+        "slm-average-models": ["--model", model, "--model", model, "--out", out / "avg"],
+        "slm-model-card": ["check", model, "--lambda", "0.5"],
+        "slm-compare-wer": ["--ref", d / "ref", "--hyp", f"A={d / 'hyp_a'}", "--hyp", f"B={d / 'hyp_b'}",
+                            "--samples", "100"],
+        "slm-lm-combination": ["--dev", sets, "--lm", "score:lm", "--lambda-range", "0:1:0.5", "--out",
+                               out / "combination", "--no-progress"],
+        "slm-pairwise-preference": ["--set", d / "dev_a", "--lm", "score:lm", "--nbest", "2", "--out", out / "pairs.md"],
+        "slm-subset-nbest": [d / "dev_a", out / "subset", "--every", "2"],
+    }.get(command)
+
+
+@pytest.mark.parametrize("command", sorted(console_scripts()))
+def test_every_console_script_exits_0_after_a_good_run(command, good_inputs, model, tmp_path):
+    d, tsv, ref = good_inputs
+    if command == "slm-pretrain":
+        from test_bad_input import PRETRAIN_TINY
+
+        data, out = tmp_path / "data", tmp_path / "run"
+        results = [console(command, "encode", "--bpe-dir", model, "--text", d / "text.txt", "--out",
+                           data / f"{name}.ids.xz") for name in ("train", "valid")]
+        for name in ("bpe.model", "tokens.txt"):
+            shutil.copy(model / name, data / name)
+        results.append(console(command, "train", "--kind", "slm", "--data", data, "--out", out, "--updates", "2",
+                               *PRETRAIN_TINY))
+    elif command == "slm-lm-train":
+        pytest.importorskip("espnet2")
+        from test_espnet_lm import tiny_config
+
+        from slm_lm.espnet_lm.data import write_espnet_text
+
+        root = tmp_path / "espnet"
+        write_espnet_text(d / "text.txt", root / "text", model / "bpe.model")
+        text = f"{root}/text/text,text,text"
+        results = [console(command, "--config", tiny_config(tmp_path, "slm", num_iters_per_epoch=2, max_epoch=1),
+                           "--token_list", model / "tokens.txt", "--bpemodel", model / "bpe.model",
+                           "--token_type", "bpe", "--train_data_path_and_name_and_type", text,
+                           "--train_shape_file", root / "text" / "text_shape",
+                           "--valid_data_path_and_name_and_type", text,
+                           "--valid_shape_file", root / "text" / "text_shape", "--output_dir", tmp_path / "exp")]
+    else:
+        results = [console(command, *good_argv(command, d, tsv, ref, model, tmp_path))]
+    for result in results:
+        assert result.returncode == 0 and "Traceback" not in result.stderr, (command, result.stderr[-3000:])
+        allowed = re.compile(f"{PROGRESS_BAR}|{PROGRESS.get(command, PROGRESS_BAR)}")
+        noise = [line for line in result.stderr.splitlines() if not allowed.fullmatch(line)]
+        assert not noise, (command, noise[:5])
