@@ -6,6 +6,7 @@ LM sees them) and the LMs of the ``--lm`` specs.
 import argparse
 
 from slm_lm.errors import InputError
+from slm_lm.options import Parser, number
 from slm_lm.nbest import NbestSet, load_nbest, normalize_nbest
 from slm_lm.precision import DTYPE_CHOICES, device_option
 from slm_lm.scored_set import LENGTH_NORMS, parse_am_weights, parse_length_norm, score_column
@@ -21,7 +22,7 @@ def comma_list(value: str | None) -> list[str]:
 
 def rescore_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """slm-rescore's command-line options."""
-    p = argparse.ArgumentParser(prog=prog, description=description)
+    p = Parser(prog=prog, description=description)
     p.add_argument("--dev", required=True, help="dev N-best input(s), comma-separated: ESPnet dir, .json or .tsv")
     p.add_argument("--test", default="", help="test N-best input(s), comma-separated")
     p.add_argument(
@@ -38,7 +39,7 @@ def rescore_parser(prog: str, description: str) -> argparse.ArgumentParser:
         help="LM spec (repeat the option, or comma-separate): a model for slm_lm.scorer.load_scorer, or "
         "score:NAME = the per-scorer column NAME of the N-best scores files (score:lm: the first-pass LM)",
     )
-    p.add_argument("--nbest", type=int, default=None, help="use ranks 1..N (default: all)")
+    p.add_argument("--nbest", type=number(int, 1), default=None, help="use ranks 1..N (default: all)")
     p.add_argument(
         "--am-weights", default=None, help="AM = weighted per-scorer scores, e.g. decoder=0.6,ctc=0.4 "
         "(default: the file's total score)"
@@ -62,7 +63,7 @@ def rescore_parser(prog: str, description: str) -> argparse.ArgumentParser:
         choices=SEARCHES,
         help="grid: every point; coordinate: coordinate descent; auto (default): grid up to --max-grid-points",
     )
-    p.add_argument("--max-grid-points", type=int, default=MAX_GRID_POINTS, help="see --search")
+    p.add_argument("--max-grid-points", type=number(int, 1, MAX_GRID_POINTS), default=MAX_GRID_POINTS, help="see --search")
     p.add_argument("--cache", default=None, help="LM score cache dir (default: OUT/lm_cache)")
     p.add_argument("--device", default=None, type=device_option(prog), help="device for the LMs (passed to load_scorer)")
     p.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES,

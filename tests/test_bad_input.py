@@ -511,10 +511,10 @@ def test_pretrain_refuses_a_corpus_of_another_tokenizer(tmp_path, pretrain_data,
 
 @pytest.mark.parametrize("changes,needles", [
     (["--max-positions", "2"], ["--max-positions 2: too small for one piece between <s> and </s>"]),
-    (["--minutes", "inf"], ["--minutes inf: must be a finite number"]),
-    (["--minutes", "nan"], ["--minutes nan: must be a finite number"]),
-    (["--threads", "-1"], ["--threads -1: must be 1 or more"]),
-    (["--threads", "0"], ["--threads 0: must be 1 or more"]),
+    (["--minutes", "inf"], ["argument --minutes: inf: must be a finite number"]),
+    (["--minutes", "nan"], ["argument --minutes: nan: must be a finite number"]),
+    (["--threads", "-1"], ["argument --threads: -1: must be 1 or more"]),
+    (["--threads", "0"], ["argument --threads: 0: must be 1 or more"]),
     (["--out-is-a-file"], ["is a file, not a directory"]),
 ])
 def test_pretrain_options_it_cannot_use_are_one_line(tmp_path, pretrain_data, changes, needles):

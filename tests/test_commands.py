@@ -247,3 +247,61 @@ def test_every_console_script_exits_0_after_a_good_run(command, good_inputs, mod
         allowed = re.compile(f"{PROGRESS_BAR}|{PROGRESS.get(command, PROGRESS_BAR)}")
         noise = [line for line in result.stderr.splitlines() if not allowed.fullmatch(line)]
         assert not noise, (command, noise[:5])
+
+
+# 3. Every numeric option is a finite number in its range (slm_lm.options.number), refused in one line
+
+NUMERIC_OPTIONS = [
+    ("score", [], ["--max-tokens"]),
+    ("prepare_lm_text", [], ["--ngram", "--min-words", "--max-words", "--valid-every"]),
+    ("train_bpe", [], ["--vocab-size", "--input-sentence-size", "--seed", "--num-threads"]),
+    ("blimp", [], ["--limit", "--max-tokens"]),
+    ("rescore", [], ["--nbest", "--max-grid-points"]),
+    ("lm_combination", [], ["--nbest", "--max-grid-points"]),
+    ("pretrain", ["encode"], ["--max-sentences"]),
+    ("pretrain", ["train"], ["--minutes", "--updates", "--deadline", "--n-layers", "--d-model", "--n-heads", "--d-ff",
+                             "--max-positions", "--dropout", "--lr", "--warmup", "--batch-tokens", "--valid-every",
+                             "--valid-sentences", "--seed", "--threads", "--content-loss", "--content-sample"]),
+    ("model_card", ["check", "slm-books"], ["--lambda"]),
+    ("compare_wer", [], ["--samples", "--seed"]),
+    ("pairwise_preference", [], ["--nbest"]),
+    ("subset_nbest", ["src", "dst"], ["--every"]),
+]
+
+
+@pytest.mark.parametrize("module,prefix,option", [(m, p, o) for m, p, options in NUMERIC_OPTIONS for o in options])
+def test_every_numeric_option_refuses_nan_inf_and_values_out_of_range(module, prefix, option, capsys):
+    import importlib
+
+    from slm_lm.errors import CommandError
+
+    main = importlib.import_module(f"slm_lm.bin.{module}").main
+    for value in ("nan", "inf", "-1", "1e400"):
+        with pytest.raises(CommandError):
+            main([*prefix, option, value])
+        lines = capsys.readouterr().err.splitlines()
+        assert len(lines) == 1 and f": error: argument {option}: {value}" in lines[0], (value, lines)
+        assert re.search(r"must be|not an integer|not a number", lines[0]), lines[0]
+
+
+def test_numeric_options_name_their_range(capsys):
+    from slm_lm.bin import compare_wer, model_card, pretrain
+    from slm_lm.errors import CommandError
+
+    for main, argv, needle in (
+            (compare_wer.main, ["--samples", "2000000"], "argument --samples: 2000000: must be 1 or more and at "
+                                                         "most 1,000,000"),
+            (pretrain.main, ["train", "--dropout", "1.5"], "argument --dropout: 1.5: must be 0 or more and at most 1"),
+            (pretrain.main, ["train", "--lr", "0"], "argument --lr: 0: must be more than 0"),
+            (model_card.main, ["check", "slm-books", "--lambda", "nan"], "argument --lambda: nan: must be a finite")):
+        with pytest.raises(CommandError):
+            main(argv)
+        assert needle in capsys.readouterr().err
+
+
+def test_no_numeric_option_bypasses_the_shared_type():
+    """Every int or float option of the package is parsed by slm_lm.options.number."""
+    package = ROOT / "slm_lm"
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in package.rglob("*.py")
+             for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"\btype=(int|float)\b", line)]
+    assert not found, found

@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 
 from slm_lm.errors import InputError, fail
+from slm_lm.options import Parser
 from slm_lm.outputs import check_no_overlap, check_output_dir, staged_outputs
 
 COMMAND = "slm-average-models"
@@ -65,7 +66,7 @@ def average_models(models: list, out) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__,
+    parser = Parser(prog=COMMAND, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", action="append", required=True, help="a model directory (repeat, two or more)")
     parser.add_argument("--out", required=True, help="the averaged model's directory")

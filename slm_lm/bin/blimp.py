@@ -8,23 +8,24 @@ import argparse
 from pathlib import Path
 
 from slm_lm.errors import InputError, fail
+from slm_lm.options import Parser, number
 from slm_lm.precision import DTYPE_CHOICES, device_option
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "blimp"
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="slm-blimp", description=__doc__,
+    p = Parser(prog="slm-blimp", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="model spec: a model dir, hf-causal:DIR or hf-masked:DIR")
     p.add_argument("--data", default=str(DEFAULT_DATA), help=f"BLiMP jsonl directory (default {DEFAULT_DATA})")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--label", default=None, help="row label in the table (default: the model spec)")
     p.add_argument("--paradigms", default="", help="comma-separated paradigm names (default: all files)")
-    p.add_argument("--limit", type=int, default=None, help="first N pairs per paradigm (quick runs)")
+    p.add_argument("--limit", type=number(int, 1), default=None, help="first N pairs per paradigm (quick runs)")
     p.add_argument("--device", default=None, type=device_option("slm-blimp"))
     p.add_argument("--dtype", default=None, choices=DTYPE_CHOICES, help="compute dtype (auto: bf16 where native)")
-    p.add_argument("--max-tokens", type=int, default=None, help="padded tokens per batch")
+    p.add_argument("--max-tokens", type=number(int, 1), default=None, help="padded tokens per batch")
     p.add_argument("--case", default=None, choices=["as-is", "lower", "sentence"],
                    help="Hugging Face models only: text casing (default as-is)")
     p.add_argument("--whole-words", action="store_true",

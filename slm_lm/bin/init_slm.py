@@ -17,12 +17,13 @@ import argparse
 from pathlib import Path
 
 from slm_lm.errors import InputError, fail
+from slm_lm.options import Parser
 
 PROG = "slm-init-slm"
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="slm-init-slm", description=__doc__,
+    p = Parser(prog="slm-init-slm", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--from", dest="source", required=True, help="our mlm model dir, or a BERT/RoBERTa MLM dir")
     p.add_argument("--out", required=True, help="output directory")

@@ -23,6 +23,7 @@ from pathlib import Path
 from slm_lm import model_dir, pretrained
 from slm_lm.blimp import load_blimp, score_blimp
 from slm_lm.errors import InputError, fail
+from slm_lm.options import Parser, number
 from slm_lm.fileio import replace_dir, write_atomic
 from slm_lm.nbest import NbestSet, load_nbest
 from slm_lm.rescore_report import set_report
@@ -169,7 +170,7 @@ def make(args) -> None:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="slm-model-card", description=__doc__,
+    parser = Parser(prog="slm-model-card", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="action", required=True)
     mk = sub.add_parser("make")
@@ -183,7 +184,7 @@ def main(argv=None):
     mk.add_argument("--machine", default="2-core AMD EPYC (AVX2, no AVX-512), fp32")
     ck = sub.add_parser("check")
     ck.add_argument("model", help="a shipped name or a model directory")
-    ck.add_argument("--lambda", dest="lam", type=float, help="LM weight (default: the card's)")
+    ck.add_argument("--lambda", dest="lam", type=number(float, 0), help="LM weight (default: the card's)")
     args = parser.parse_args(argv)
     try:
         if args.action == "make":

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from slm_lm.errors import InputError, fail
+from slm_lm.options import Parser, number
 from slm_lm.fileio import write_atomic
 from slm_lm.outputs import check_no_overlap, check_output_file
 from slm_lm.rescore_inputs import load_lms, load_nbest_sets, normalized_sets
@@ -62,11 +63,11 @@ def _labelled(value: str) -> tuple[str, str]:
 
 def main(argv=None) -> None:
     """Entry point of ``slm-pairwise-preference``: writes the table to --out and prints it."""
-    parser = argparse.ArgumentParser(prog="slm-pairwise-preference", description=__doc__,
+    parser = Parser(prog="slm-pairwise-preference", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--set", action="append", required=True, help="an N-best set (as slm-rescore's --dev)")
     parser.add_argument("--lm", action="append", required=True, help="LABEL=SPEC or SPEC (repeat)")
-    parser.add_argument("--nbest", type=int, default=10)
+    parser.add_argument("--nbest", type=number(int, 1), default=10)
     parser.add_argument("--am-weights", default="", help="e.g. decoder=0.6,ctc=0.4 (default: the file score)")
     parser.add_argument("--cache", help="LM score cache directory (shared with slm-rescore)")
     parser.add_argument("--out", required=True, help="markdown table to write")

@@ -11,13 +11,14 @@ import time
 from pathlib import Path
 
 from slm_lm.errors import InputError, fail
+from slm_lm.options import Parser, number
 from slm_lm.fileio import atomic_open
 from slm_lm.precision import DTYPE_CHOICES, device_option
 from slm_lm.tokenizer import UNKNOWN_CHOICES
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="slm-score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="slm-score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True,
                    help="model directory (save_pretrained or ESPnet LM experiment), or hf-causal:DIR / hf-masked:DIR")
     p.add_argument("--input", default="-", help="text file, one sentence per line ('-' = stdin)")
@@ -25,7 +26,7 @@ def parse_args(argv=None):
     p.add_argument("--tokens", action="store_true", help="add a column of piece:logprob pairs")
     p.add_argument("--device", default="cpu", type=device_option("slm-score"))
     p.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES, help="compute dtype (auto: bf16 where native)")
-    p.add_argument("--max-tokens", type=int, default=8192, help="padded tokens per batch")
+    p.add_argument("--max-tokens", type=number(int, 1), default=8192, help="padded tokens per batch")
     p.add_argument("--truncate", action="store_true", help="score only the first tokens of over-long sentences")
     p.add_argument("--unknown", default="error", choices=UNKNOWN_CHOICES, help="unknown characters: fail or map to <unk>")
     p.add_argument("--no-normalize", action="store_true", help="do not apply LibriSpeech-style normalisation")

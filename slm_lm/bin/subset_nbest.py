@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from slm_lm.errors import InputError, fail
+from slm_lm.options import Parser, number
 from slm_lm.fileio import read_text_lines, write_atomic
 from slm_lm.outputs import check_no_overlap, check_output_dir, staged_outputs
 from slm_lm.transcripts import parse_trn_line, trn_uttid
@@ -35,11 +36,11 @@ def _lines(path: Path) -> list[str]:
 
 def main(argv=None):
     """Entry point of ``slm-subset-nbest``."""
-    p = argparse.ArgumentParser(prog=COMMAND, description=__doc__,
+    p = Parser(prog=COMMAND, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("src", type=Path)
     p.add_argument("dst", type=Path)
-    p.add_argument("--every", type=int, required=True)
+    p.add_argument("--every", type=number(int, 1), required=True)
     args = p.parse_args(argv)
     first = args.src / "raw_hypotheses" / "1best_recog" / "text"
     trn = args.src / "references" / "ref_wer.trn"
@@ -47,8 +48,6 @@ def main(argv=None):
         if not path.is_file():
             fail(COMMAND, f"{path}: not found (want SRC_DIR/raw_hypotheses/<k>best_recog/ and "
                           "SRC_DIR/references/ref_wer.trn)")
-    if args.every < 1:
-        fail(COMMAND, f"--every {args.every}: want at least 1")
     try:
         check_no_overlap("DST_DIR", args.dst, [args.src])
         own = _earlier_subset(args.dst)

@@ -3,13 +3,13 @@
 `text_shape` lines are `uttid n_pieces`, the lengths ESPnet's batch samplers read; the pieces are
 counted with the same sentencepiece model ESPnet's preprocessor uses, so no collect-stats pass is needed.
 """
-import argparse
 from pathlib import Path
 
 import sentencepiece as spm
 from tqdm import tqdm
 
 from slm_lm.errors import InputError, fail
+from slm_lm.options import Parser
 from slm_lm.fileio import atomic_open, read_text_lines
 
 
@@ -41,7 +41,7 @@ def write_espnet_text(sentences, out_dir, bpemodel, prefix: str = "utt") -> int:
 
 def main(argv=None):
     """CLI: python -m slm_lm.espnet_lm.data SENTENCES OUT_DIR --bpemodel BPE [--prefix P]."""
-    p = argparse.ArgumentParser(description=__doc__)
+    p = Parser(prog="slm_lm.espnet_lm.data", description=__doc__)
     p.add_argument("sentences", help="plain text, one sentence per line")
     p.add_argument("out_dir", help="writes OUT_DIR/text and OUT_DIR/text_shape")
     p.add_argument("--bpemodel", required=True, help="sentencepiece model (the one given to lm_train)")
