@@ -1,12 +1,15 @@
-"""File input and output: UTF-8 text lines in (`read_text_lines`, gzip or not, errors naming the line), and
+"""File input and output: UTF-8 text in (`read_text_lines`, gzip or not, or `decode_utf8`; errors name the
+line), and
 atomic output: write a temporary file (or directory) beside the target, then rename it into place, so that a
 crash never leaves a half-written file; and one writer per output directory (`exclusive_dir_lock`)."""
+import codecs
 import errno
 import fcntl
 import gzip
 import os
 import socket
 import shutil
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -120,21 +123,37 @@ def exclusive_dir_lock(directory, command: str):
         os.close(fd)
 
 
-def read_text_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, line without newline) of a UTF-8 text file, gzip if named *.gz; errors -> InputError."""
-    path = Path(path)
+def decode_utf8(path, data: bytes) -> str:
+    """`data`, the bytes of the file `path`, as text (a byte-order mark dropped); InputError naming the line
+    of the first bytes that are not UTF-8."""
+    body = data[len(codecs.BOM_UTF8):] if data.startswith(codecs.BOM_UTF8) else data
     try:
-        handle = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+        return body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line, column = body.count(b"\n", 0, e.start) + 1, e.start - body.rfind(b"\n", 0, e.start)
+        raise InputError(f"{path}:{line}: not UTF-8 text ({e.reason} at byte {column} of the line)") from None
+
+
+def read_text_lines(path) -> Iterator[tuple[int, str]]:
+    """(line number, line without newline) of a UTF-8 text file (gzip if named *.gz; `-`: standard input);
+    errors -> InputError naming the line."""
+    path = Path(path) if path != "-" else path
+    try:
+        handle = (sys.stdin.buffer if path == "-" else gzip.open(path, "rb") if path.suffix == ".gz"
+                  else open(path, "rb"))
     except OSError as e:
         raise InputError(f"{path}: cannot open: {e.strerror or e}") from None
     number = 0
     try:
-        with handle:
-            for number, raw in enumerate(handle, 1):
-                try:
-                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-                except UnicodeDecodeError as e:
-                    raise InputError(f"{path}:{number}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-                yield number, line.rstrip("\r\n")
+        for number, raw in enumerate(handle, 1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"{path}:{number}: not UTF-8 text ({e.reason} at byte {e.start + 1} of the line)"
+                                 ) from None
+            yield number, line.rstrip("\r\n")
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise InputError(f"{path}:{number + 1}: cannot read: {e}") from None
+    finally:
+        if handle is not sys.stdin.buffer:
+            handle.close()

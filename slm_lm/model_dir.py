@@ -27,7 +27,7 @@ import torch
 from slm_lm import pretrained
 from slm_lm.config import KINDS, MASK_KINDS, LMConfig, lm_config
 from slm_lm.errors import InputError
-from slm_lm.fileio import atomic_open, write_atomic
+from slm_lm.fileio import atomic_open, decode_utf8, write_atomic
 from slm_lm.hf import SCORERS, HFTokenizer, check_case, hf_model_dir
 from slm_lm.models import LanguageModel, model_from_config
 from slm_lm.tokenizer import BPE_MODEL_FILE, MASK, TOKEN_LIST_FILE, Tokenizer
@@ -77,10 +77,7 @@ def _check_readable(path) -> None:
 def read_json(path) -> dict:
     """A JSON object from a UTF-8 file (a byte-order mark is accepted)."""
     _check_readable(path)
-    try:
-        text = Path(path).read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}: not UTF-8 (byte {e.start}: {e.reason})") from None
+    text = decode_utf8(path, Path(path).read_bytes())
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:

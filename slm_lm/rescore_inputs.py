@@ -6,8 +6,8 @@ LM sees them) and the LMs of the ``--lm`` specs.
 import argparse
 
 from slm_lm.errors import InputError
-from slm_lm.options import Parser, number
 from slm_lm.nbest import NbestSet, load_nbest, normalize_nbest
+from slm_lm.options import Parser, number
 from slm_lm.precision import DTYPE_CHOICES, device_option
 from slm_lm.scored_set import LENGTH_NORMS, parse_am_weights, parse_length_norm, score_column
 from slm_lm.text_norm import normalize_librispeech

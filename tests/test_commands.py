@@ -305,3 +305,30 @@ def test_no_numeric_option_bypasses_the_shared_type():
     found = [f"{p.relative_to(ROOT)}:{i}" for p in package.rglob("*.py")
              for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"\btype=(int|float)\b", line)]
     assert not found, found
+
+
+# 4. Text that is not UTF-8 is reported at its line
+
+@pytest.mark.parametrize("line", [2, 2001, 25001])
+def test_text_that_is_not_utf8_is_reported_at_its_line(model, tmp_path, line):
+    good = "AND GOD SAW THE LIGHT"
+    lines = [f"u{i} {good}".encode() for i in range(1, 25002)]
+    lines[line - 1] = f"u{line} AND ".encode() + b"\xff GOD"
+    keyed = tmp_path / "keyed.txt"
+    keyed.write_bytes(b"\n".join(lines) + b"\n")
+    plain = tmp_path / "plain.txt"
+    plain.write_bytes(b"\n".join(x.split(b" ", 1)[1] for x in lines) + b"\n")
+    tsv = tmp_path / "nbest.tsv"
+    tsv.write_bytes(b"\n".join(x.replace(b" ", b"\t1\t-1.0\t", 1) for x in lines) + b"\n")
+    (tmp_path / "ref").write_text("".join(f"u{i} {good}\n" for i in range(1, 25002)))
+    for name, result, path in (
+            ("slm-score", cli("score", "--model", model, "--input", plain, "--output", tmp_path / "o.tsv"), plain),
+            ("slm-pretrain", cli("pretrain", "encode", "--bpe-dir", model, "--text", plain, "--out",
+                                 tmp_path / "x.ids.xz"), plain),
+            ("slm-compare-wer", cli("compare_wer", "--ref", tmp_path / "ref", "--hyp", f"a={tmp_path / 'ref'}",
+                                    "--hyp", f"b={keyed}"), keyed),
+            ("slm-rescore", cli("rescore", "--dev", tsv, "--dev-ref", tmp_path / "ref", "--lm", "score:lm", "--out",
+                                tmp_path / "out"), tsv)):
+        assert result.returncode == 2, (name, result.stderr[-2000:])
+        last = result.stderr.splitlines()[-1]  # slm-pretrain's progress bar may come first
+        assert last.startswith(f"{name}: error: {path}:{line}: not UTF-8 text"), (name, last)

@@ -23,9 +23,9 @@ from pathlib import Path
 from slm_lm import model_dir, pretrained
 from slm_lm.blimp import load_blimp, score_blimp
 from slm_lm.errors import InputError, fail
-from slm_lm.options import Parser, number
 from slm_lm.fileio import replace_dir, write_atomic
 from slm_lm.nbest import NbestSet, load_nbest
+from slm_lm.options import Parser, number
 from slm_lm.rescore_report import set_report
 from slm_lm.score_cache import lm_scores
 from slm_lm.scored_set import build_scored_set

@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from slm_lm.errors import InputError, fail
-from slm_lm.options import Parser, number
 from slm_lm.fileio import write_atomic
+from slm_lm.options import Parser, number
 from slm_lm.outputs import check_no_overlap, check_output_file
 from slm_lm.rescore_inputs import load_lms, load_nbest_sets, normalized_sets
 from slm_lm.score_cache import lm_scores

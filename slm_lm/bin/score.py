@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from slm_lm.errors import InputError, fail
+from slm_lm.fileio import atomic_open, read_text_lines
 from slm_lm.options import Parser, number
-from slm_lm.fileio import atomic_open
 from slm_lm.precision import DTYPE_CHOICES, device_option
 from slm_lm.tokenizer import UNKNOWN_CHOICES
 
@@ -42,23 +42,12 @@ CHUNK = 10_000  # sentences scored (and held in memory) at a time
 
 def read_chunks(path: str, size: int = CHUNK):
     """Lists of up to `size` lines (no line ends, a UTF-8 byte-order mark dropped), in file order."""
-    try:
-        handle = sys.stdin if path == "-" else open(path, encoding="utf-8-sig", newline=None)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read input: {e.strerror or e}") from None
-    chunk, number = [], 0
-    try:
-        for number, line in enumerate(handle, 1):
-            line = line.rstrip("\r\n")
-            chunk.append(line.removeprefix("\ufeff") if number == 1 else line)
-            if len(chunk) == size:
-                yield chunk
-                chunk = []
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}:{number + 1}: not UTF-8 ({e.reason})") from None
-    finally:
-        if handle is not sys.stdin:
-            handle.close()
+    chunk = []
+    for _, line in read_text_lines(path):
+        chunk.append(line)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
     if chunk:
         yield chunk
 

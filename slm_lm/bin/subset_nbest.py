@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 from slm_lm.errors import InputError, fail
-from slm_lm.options import Parser, number
 from slm_lm.fileio import read_text_lines, write_atomic
+from slm_lm.options import Parser, number
 from slm_lm.outputs import check_no_overlap, check_output_dir, staged_outputs
 from slm_lm.transcripts import parse_trn_line, trn_uttid
 

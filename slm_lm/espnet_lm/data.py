@@ -9,8 +9,8 @@ import sentencepiece as spm
 from tqdm import tqdm
 
 from slm_lm.errors import InputError, fail
-from slm_lm.options import Parser
 from slm_lm.fileio import atomic_open, read_text_lines
+from slm_lm.options import Parser
 
 
 def write_espnet_text(sentences, out_dir, bpemodel, prefix: str = "utt") -> int:
