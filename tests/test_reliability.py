@@ -86,7 +86,7 @@ BAD_MODEL_FILES = {
     "pickle refused by weights_only": ("model.pt", _pickled_object, "model.pt: refused to unpickle"),
     "truncated config.json": ("config.json", _truncate, "config.json:"),
     "0-byte config.json": ("config.json", _empty, "config.json: empty file"),
-    "config.json not UTF-8": ("config.json", _latin1_config, "config.json: not UTF-8"),
+    "config.json not UTF-8": ("config.json", _latin1_config, "not UTF-8 text"),
     "unknown config key": ("config.json", _edit_config(n_layer=3), "unknown config keys ['n_layer']"),
     "vocab of config and weights differ": ("config.json", _edit_config(vocab_size=45), "weights do not match"),
     "kind edited slm -> clm": ("config.json", _edit_config(kind="clm"), "declares kind 'clm' but model.pt holds"),
