@@ -329,7 +329,7 @@ def test_slm_score_output_under_a_file_is_one_line(tiny_model, tmp_path):
     before = snapshot(tmp_path)
     out = tmp_path / "afile" / "out.tsv"
     result = cli("score", "--model", tiny_model, "--input", tmp_path / "in.txt", "--output", out)
-    expect_error(result, "slm-score", f"{out}: cannot write the output: {tmp_path / 'afile'} is a file")
+    expect_error(result, "slm-score", f"--output {out}: cannot write: {tmp_path / 'afile'} is a file")
     assert snapshot(tmp_path) == before
 
 

@@ -202,7 +202,7 @@ def test_slm_score_and_prepare_refuse_to_overwrite_their_input(model_dir, tmp_pa
     text = tmp_path / "in.txt"
     text.write_text("AND GOD\n")
     expect_exit_2(capsys, score_cli.main, ["--model", str(model_dir), "--input", str(text), "--output",
-                                           str(tmp_path / "." / "in.txt")], "is the input file")
+                                           str(tmp_path / "." / "in.txt")], "is the input")
     assert text.read_text() == "AND GOD\n"
     books = tmp_path / "books"
     books.mkdir()
@@ -215,13 +215,13 @@ def test_slm_score_and_prepare_refuse_to_overwrite_their_input(model_dir, tmp_pa
     dev.write_text("THE END CAME (s-u1)\n")
     expect_exit_2(capsys, prep_cli.main, ["--books", str(books / "b.txt"), "--exclude", str(dev), "--out",
                                           str(tmp_path / "lm" / "train.txt"), "--valid-out", str(dev)],
-                  "dev.trn is an input file")
+                  "dev.trn: is the input")
     assert dev.read_text() == "THE END CAME (s-u1)\n"
     from slm_lm.espnet_lm.data import write_espnet_text
 
     (tmp_path / "dump").mkdir()
     (tmp_path / "dump" / "text").write_text("AND GOD\n")
-    with pytest.raises(InputError, match="the input would be replaced"):
+    with pytest.raises(InputError, match="dump/text: is the input"):
         write_espnet_text(tmp_path / "dump" / "text", tmp_path / "dump", model_dir / "bpe.model")
     assert (tmp_path / "dump" / "text").read_text() == "AND GOD\n"
 

@@ -8,11 +8,11 @@ a summary line goes to stderr at the end.
 import argparse
 import sys
 import time
-from pathlib import Path
 
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import atomic_open, read_text_lines
 from slm_lm.options import Parser, number
+from slm_lm.outputs import check_no_overlap, check_output_file
 from slm_lm.precision import DTYPE_CHOICES, device_option
 from slm_lm.tokenizer import UNKNOWN_CHOICES
 
@@ -83,28 +83,15 @@ def score_stream(args, scorer, out) -> tuple[int, int]:
     return sentences, tokens
 
 
-def check_output(output: str) -> None:
-    """InputError for an --output that cannot be a file: a directory, or a path under a file."""
-    path = Path(output)
-    if path.is_dir():
-        raise InputError(f"{output}: --output is a directory, not a file")
-    for parent in path.resolve().parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise InputError(f"{output}: cannot write the output: {parent} is a file, not a directory")
-            break
-
-
 def main(argv=None):
     args = parse_args(argv)
     from slm_lm.scorer import load_scorer
 
     started = time.time()
     try:
-        if args.output != "-" and args.input != "-" and Path(args.output).resolve() == Path(args.input).resolve():
-            raise InputError(f"--output {args.output} is the input file: it would be replaced; choose another name")
         if args.output != "-":
-            check_output(args.output)
+            check_no_overlap("--output", args.output, [args.input] if args.input != "-" else [])
+            output = check_output_file("--output", args.output)  # a link is written through
         options = dict(device=args.device, dtype=args.dtype, max_tokens=args.max_tokens, truncate=args.truncate,
                        unknown=args.unknown)
         if args.no_normalize:
@@ -118,7 +105,7 @@ def main(argv=None):
             counts = score_stream(args, scorer, sys.stdout)
         else:
             try:
-                with atomic_open(args.output) as f:
+                with atomic_open(output) as f:
                     counts = score_stream(args, scorer, f)
             except OSError as e:  # a read-only directory, a full disk
                 raise InputError(f"{args.output}: cannot write the output: {e.strerror or e}") from None

@@ -11,6 +11,7 @@ from tqdm import tqdm
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import atomic_open, read_text_lines
 from slm_lm.options import Parser
+from slm_lm.outputs import check_no_overlap
 
 
 def write_espnet_text(sentences, out_dir, bpemodel, prefix: str = "utt") -> int:
@@ -20,8 +21,8 @@ def write_espnet_text(sentences, out_dir, bpemodel, prefix: str = "utt") -> int:
     `InputError` naming the line (a byte-order mark is dropped); both files are written atomically.
     """
     sentences, out_dir = Path(sentences), Path(out_dir)
-    if sentences.resolve() in {(out_dir / name).resolve() for name in ("text", "text_shape")}:
-        raise InputError(f"{sentences}: the input would be replaced by the output in {out_dir}; choose another dir")
+    for name in ("text", "text_shape"):
+        check_no_overlap("OUT_DIR", out_dir / name, [sentences])
     try:
         processor = spm.SentencePieceProcessor(model_file=str(bpemodel))
     except (OSError, RuntimeError) as e:
