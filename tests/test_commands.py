@@ -332,3 +332,18 @@ def test_text_that_is_not_utf8_is_reported_at_its_line(model, tmp_path, line):
         assert result.returncode == 2, (name, result.stderr[-2000:])
         last = result.stderr.splitlines()[-1]  # slm-pretrain's progress bar may come first
         assert last.startswith(f"{name}: error: {path}:{line}: not UTF-8 text"), (name, last)
+
+
+@pytest.mark.parametrize("command,argv", [
+    ("blimp", ["--model", "{model}", "--data", "{data}", "--out", "{data}"]),
+    ("pretrain", ["train", "--kind", "slm", "--data", "{data}", "--out", "{data}/run", "--updates", "1"]),
+    ("pretrain", ["encode", "--bpe-dir", "{model}", "--text", "{data}/t.ids.xz", "--out", "{data}/t.ids.xz"]),
+])
+def test_older_commands_refuse_an_output_overlapping_an_input(model, tmp_path, command, argv):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "t.ids.xz").write_text(TEXT)
+    before = snapshot(tmp_path)
+    result = cli(command, *[a.format(model=model, data=data) for a in argv])
+    expect_error(result, f"slm-{command}", "the input", "outputs never replace")
+    assert snapshot(tmp_path) == before

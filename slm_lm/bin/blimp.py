@@ -9,6 +9,7 @@ from pathlib import Path
 
 from slm_lm.errors import InputError, fail
 from slm_lm.options import Parser, number
+from slm_lm.outputs import check_no_overlap, check_output_dir
 from slm_lm.precision import DTYPE_CHOICES, device_option
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "blimp"
@@ -45,11 +46,10 @@ def main(argv=None):
         options["whole_words"] = True
     if "case" in options and not args.model.startswith("hf-"):
         fail("slm-blimp", "--case applies to hf-causal:/hf-masked: models only")
-    if args.limit is not None and args.limit < 1:
-        fail("slm-blimp", "--limit must be >= 1")
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        fail("slm-blimp", f"--out {args.out}: is a file, not a directory")
     try:
+        model = args.model.split(":", 1)[-1] if args.model.startswith("hf-") else args.model
+        check_no_overlap("--out", args.out, [args.data] + ([model] if Path(model).exists() else []))
+        check_output_dir("--out", args.out, (), (), "slm-blimp")
         data = load_blimp(args.data, [p for p in args.paradigms.split(",") if p], args.limit)
         scorer = load_scorer(args.model, **options)
         results = score_blimp(scorer, data, cache_dir=Path(args.out) / "score_cache", progress=not args.no_progress)

@@ -12,6 +12,7 @@ from pathlib import Path
 from slm_lm.config import KINDS, SIZES
 from slm_lm.errors import InputError, fail
 from slm_lm.options import Parser, number
+from slm_lm.outputs import check_no_overlap, check_output_dir, check_output_file
 from slm_lm.precision import DTYPE_CHOICES, device_option
 
 
@@ -73,9 +74,9 @@ def main(argv=None):
             if not args.out.endswith(".ids.xz"):
                 raise InputError(f"--out {args.out}: name it NAME.ids.xz (train reads DATA/train.ids.xz and "
                                  "DATA/valid.ids.xz)")
-            if Path(args.out).is_dir():
-                raise InputError(f"--out {args.out}: is a directory, not a file")
-            print(json.dumps(encode_corpus(args.text, Tokenizer.from_dir(args.bpe_dir), args.out,
+            check_no_overlap("--out", args.out, [args.text])
+            out = check_output_file("--out", args.out)
+            print(json.dumps(encode_corpus(args.text, Tokenizer.from_dir(args.bpe_dir), out,
                                            args.max_sentences)))
             return
         from slm_lm.pretrain import PretrainSettings, pretrain
@@ -98,9 +99,9 @@ def main(argv=None):
 
 
 def check_train_options(args) -> None:
-    """Refuse an --out that is a file (the numbers are checked by their option types)."""
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise InputError(f"--out {args.out}: is a file, not a directory")
+    """Refuse an --out that is a file or overlaps --data (the numbers are checked by their option types)."""
+    check_output_dir("--out", args.out, (), (), "slm-pretrain")
+    check_no_overlap("--out", args.out, [args.data] + ([args.init] if args.init and Path(args.init).exists() else []))
 
 
 if __name__ == "__main__":
