@@ -9,6 +9,7 @@ import gzip
 import os
 import socket
 import shutil
+import stat
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -121,6 +122,27 @@ def exclusive_dir_lock(directory, command: str):
         except OSError:
             pass
         os.close(fd)
+
+
+MAX_SMALL_FILE = 64 * 2**20  # bytes: a config, token list or tokenizer model is far smaller
+
+
+def read_small_file(path, what: str, ceiling: int = MAX_SMALL_FILE) -> bytes:
+    """The bytes of `path` (a `what`: "model config", "token list", ...), which must be a regular file of at
+    most `ceiling` bytes: a FIFO or a device (which would block or never end) or a larger file -> InputError.
+    The file is opened without blocking and checked before it is read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the {what}: {e.strerror or e}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(f"{path}: not a regular file (a FIFO, device or socket); the {what} must be a file")
+        data = handle.read(ceiling + 1)
+    if len(data) > ceiling:
+        raise InputError(f"{path}: over {ceiling:,} bytes, the ceiling for a {what}; not a {what}?")
+    return data
 
 
 def decode_utf8(path, data: bytes) -> str:

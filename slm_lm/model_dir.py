@@ -16,8 +16,10 @@ Every reader raises :class:`slm_lm.errors.InputError` naming the file for a miss
 garbled file, text that is not UTF-8, and a pickle that ``torch.load(weights_only=True)`` refuses.
 """
 import json
+import os
 import pickle
 import re
+import stat
 import warnings
 import zipfile
 from pathlib import Path
@@ -27,7 +29,7 @@ import torch
 from slm_lm import pretrained
 from slm_lm.config import KINDS, MASK_KINDS, LMConfig, lm_config
 from slm_lm.errors import InputError
-from slm_lm.fileio import atomic_open, decode_utf8, write_atomic
+from slm_lm.fileio import atomic_open, decode_utf8, read_small_file, write_atomic
 from slm_lm.hf import SCORERS, HFTokenizer, check_case, hf_model_dir
 from slm_lm.models import LanguageModel, model_from_config
 from slm_lm.tokenizer import BPE_MODEL_FILE, MASK, TOKEN_LIST_FILE, Tokenizer
@@ -64,20 +66,26 @@ def _first_sentence(error: BaseException) -> str:
 
 
 def _check_readable(path) -> None:
-    """InputError unless `path` is a readable, non-empty file."""
+    """InputError unless `path` is a readable, non-empty regular file (a FIFO or device would block or never
+    end)."""
     try:
-        with open(path, "rb") as handle:
-            empty = not handle.read(1)
+        info = os.stat(path)
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
-    if empty:
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{path}: not a regular file (a FIFO, device or socket); the weights must be a file")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{path}: cannot read: permission denied")
+    if info.st_size == 0:
         raise InputError(f"{path}: empty file")
 
 
 def read_json(path) -> dict:
-    """A JSON object from a UTF-8 file (a byte-order mark is accepted)."""
-    _check_readable(path)
-    text = decode_utf8(path, Path(path).read_bytes())
+    """A JSON object from a UTF-8 file (a byte-order mark is accepted; a regular file of a bounded size)."""
+    data = read_small_file(path, "JSON file")
+    if not data:
+        raise InputError(f"{path}: empty file")
+    text = decode_utf8(path, data)
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
@@ -290,8 +298,8 @@ def load_espnet_experiment(exp_dir, checkpoint=None) -> tuple:
     exp_dir = Path(exp_dir)
     config_path = exp_dir / ESPNET_CONFIG
     try:
-        config = yaml.safe_load(config_path.read_text(encoding="utf-8-sig"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        config = yaml.safe_load(decode_utf8(config_path, read_small_file(config_path, "ESPnet config")))
+    except yaml.YAMLError as e:
         raise InputError(f"{config_path}: cannot read the ESPnet config: {e}") from None
     if not isinstance(config, dict):
         raise InputError(f"{config_path}: not an ESPnet config (expected a YAML mapping)")

@@ -347,3 +347,26 @@ def test_older_commands_refuse_an_output_overlapping_an_input(model, tmp_path, c
     result = cli(command, *[a.format(model=model, data=data) for a in argv])
     expect_error(result, f"slm-{command}", "the input", "outputs never replace")
     assert snapshot(tmp_path) == before
+
+
+# 5. Model and config files are regular files read with a size ceiling: a FIFO or /dev/zero neither hangs
+# nor fills memory
+
+@pytest.mark.parametrize("name,kind", [("config.json", "fifo"), ("tokens.txt", "fifo"), ("bpe.model", "fifo"),
+                                       ("config.json", "zero"), ("tokens.txt", "zero"), ("bpe.model", "zero"),
+                                       ("config.yaml", "fifo"), ("config.yaml", "zero")])
+def test_a_fifo_or_dev_zero_as_a_model_file_is_one_line(model, tmp_path, name, kind):
+    directory = tmp_path / "m"
+    if name == "config.yaml":  # an ESPnet LM experiment: config.yaml and its weights
+        directory.mkdir()
+        (directory / "valid.loss.ave.pth").write_bytes(b"x")
+    else:
+        shutil.copytree(model, directory)
+        (directory / name).unlink()
+    if kind == "fifo":
+        os.mkfifo(directory / name)
+    else:
+        (directory / name).symlink_to("/dev/zero")
+    (tmp_path / "in.txt").write_text(TEXT)
+    result = cli("score", "--model", directory, "--input", tmp_path / "in.txt")  # a hang: killed after 600 s
+    expect_error(result, "slm-score", f"{directory / name}: not a regular file")
