@@ -8,7 +8,6 @@ settings; and the token list holds `<mask>` before `<sos/eos>` (see `train_bpe`)
 ESPnet's name `bpe.model` whatever the model type (asr.sh: `bpe_unigram5000/bpe.model`).
 """
 
-import os
 import re
 import tempfile
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from slm_lm.errors import InputError
+from slm_lm.outputs import check_no_overlap, check_output_dir
 from slm_lm.tokenizer import BLANK, MASK, SOS_EOS, UNK, Tokenizer
 
 __all__ = ["train_bpe"]
@@ -43,23 +43,11 @@ def _check_text(path: Path, lines_to_check: int) -> None:
 OUTPUT_FILES = ("bpe.model", "tokens.txt")
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    """`a` and `b` name one file (through links or another spelling of the path)."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return a.resolve() == b.resolve()
-
-
 def _check_out_dir(out_dir: Path, text: Path) -> None:
     """`out_dir` must be (or become) a directory whose output files are not the training text."""
-    if out_dir.exists() and not out_dir.is_dir():
-        what = "the training text" if _same_file(out_dir, text) else "a file"
-        raise InputError(f"{out_dir}: --out is {what}, not a directory; give a directory for bpe.model and tokens.txt")
+    check_output_dir("--out", out_dir, (), (), "slm-train-bpe")
     for name in OUTPUT_FILES:
-        if _same_file(out_dir / name, text):
-            raise InputError(f"{text}: the training text is --out's {name}, which training would replace; "
-                             "choose another --out")
+        check_no_overlap("--out", out_dir / name, [text])
 
 
 def train_bpe(text, out_dir, vocab_size: int = 5000, input_sentence_size: int = 1_000_000, seed: int = 0,

@@ -1,6 +1,8 @@
-"""File input and output: UTF-8 text lines in (`read_text_lines`, gzip or not, errors naming the line), and
+"""File input and output: UTF-8 text in (`read_text_lines`, gzip or not, or `decode_utf8`; errors name the
+line), and
 atomic output: write a temporary file (or directory) beside the target, then rename it into place, so that a
 crash never leaves a half-written file; and one writer per output directory (`exclusive_dir_lock`)."""
+import codecs
 import errno
 import fcntl
 import json
@@ -8,6 +10,8 @@ import gzip
 import os
 import socket
 import shutil
+import stat
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -121,44 +125,84 @@ def exclusive_dir_lock(directory, command: str):
         os.close(fd)
 
 
-def read_text_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, line without newline) of a UTF-8 text file, gzip if named *.gz; errors -> InputError."""
-    path = Path(path)
+MAX_SMALL_FILE = 64 * 2**20  # bytes: a config, token list or tokenizer model is far smaller
+
+
+def read_small_file(path, what: str, ceiling: int = MAX_SMALL_FILE) -> bytes:
+    """The bytes of `path` (a `what`: "model config", "token list", ...), which must be a regular file of at
+    most `ceiling` bytes: a FIFO or a device (which would block or never end) or a larger file -> InputError.
+    The file is opened without blocking and checked before it is read."""
     try:
-        handle = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the {what}: {e.strerror or e}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(f"{path}: not a regular file (a FIFO, device or socket); the {what} must be a file")
+        data = handle.read(ceiling + 1)
+    if len(data) > ceiling:
+        raise InputError(f"{path}: over {ceiling:,} bytes, the ceiling for a {what}; not a {what}?")
+    return data
+
+
+def decode_utf8(path, data: bytes) -> str:
+    """`data`, the bytes of the file `path`, as text (a byte-order mark dropped); InputError naming the line
+    of the first bytes that are not UTF-8."""
+    body = data[len(codecs.BOM_UTF8):] if data.startswith(codecs.BOM_UTF8) else data
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line, column = body.count(b"\n", 0, e.start) + 1, e.start - body.rfind(b"\n", 0, e.start)
+        raise InputError(f"{path}:{line}: not UTF-8 text ({e.reason} at byte {column} of the line)") from None
+
+
+def read_text_lines(path) -> Iterator[tuple[int, str]]:
+    """(line number, line without newline) of a UTF-8 text file (gzip if named *.gz; `-`: standard input);
+    errors -> InputError naming the line."""
+    path = Path(path) if path != "-" else path
+    try:
+        handle = (sys.stdin.buffer if path == "-" else gzip.open(path, "rb") if path.suffix == ".gz"
+                  else open(path, "rb"))
     except OSError as e:
         raise InputError(f"{path}: cannot open: {e.strerror or e}") from None
     number = 0
     try:
-        with handle:
-            for number, raw in enumerate(handle, 1):
-                try:
-                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-                except UnicodeDecodeError as e:
-                    raise InputError(f"{path}:{number}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-                yield number, line.rstrip("\r\n")
+        for number, raw in enumerate(handle, 1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"{path}:{number}: not UTF-8 text ({e.reason} at byte {e.start + 1} of the line)"
+                                 ) from None
+            yield number, line.rstrip("\r\n")
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise InputError(f"{path}:{number + 1}: cannot read: {e}") from None
+    finally:
+        if handle is not sys.stdin.buffer:
+            handle.close()
 
 
 def check_readable(path) -> None:
-    """InputError unless `path` is a readable, non-empty file."""
+    """InputError unless `path` is a readable, non-empty regular file (a FIFO or device would block or never
+    end)."""
     try:
-        with open(path, "rb") as handle:
-            empty = not handle.read(1)
+        info = os.stat(path)
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
-    if empty:
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{path}: not a regular file (a FIFO, device or socket); the weights must be a file")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{path}: cannot read: permission denied")
+    if info.st_size == 0:
         raise InputError(f"{path}: empty file")
 
 
 def read_json(path) -> dict:
-    """A JSON object from a UTF-8 file (a byte-order mark is accepted)."""
-    check_readable(path)
-    try:
-        text = Path(path).read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}: not UTF-8 (byte {e.start}: {e.reason})") from None
+    """A JSON object from a UTF-8 file (a byte-order mark is accepted; a regular file of a bounded size)."""
+    data = read_small_file(path, "JSON file")
+    if not data:
+        raise InputError(f"{path}: empty file")
+    text = decode_utf8(path, data)
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:

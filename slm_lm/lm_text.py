@@ -32,6 +32,7 @@ from tqdm import tqdm
 from slm_lm.decontaminate import ExclusionSet, NgramFilter, load_exclusion
 from slm_lm.errors import InputError
 from slm_lm.fileio import atomic_open, read_text_lines
+from slm_lm.outputs import check_no_overlap, check_output_file
 from slm_lm.text_cleanup import book_sentences
 from slm_lm.text_norm import normalize_librispeech
 
@@ -121,18 +122,6 @@ def _input_files(inputs: list[Path]) -> list[Path]:
     return sorted(files, key=str)
 
 
-def _check_outputs_outside_inputs(inputs: list[Path], outputs: list[Path]) -> None:
-    """Outputs may neither be an input (book or exclusion) file nor lie inside an input directory (a second
-    run would read its own train.txt/valid.txt back as books, leaking validation text into training)."""
-    for item in inputs:
-        item = Path(item).resolve()
-        for output in outputs:
-            resolved = Path(output).resolve()
-            if resolved == item or item in resolved.parents:
-                where = "an input file" if resolved == item else f"inside the input directory {item}"
-                raise InputError(f"{output} is {where}: write the outputs outside the books and --exclude inputs")
-
-
 def _read_part_meta(meta: Path) -> dict:
     """The saved result of one input file (the resumable state): InputError naming `meta` if it is not the
     JSON this driver writes."""
@@ -165,17 +154,6 @@ def _checked_lines(handle, part: Path):
                          f"delete {part.parent} to prepare the files again") from None
 
 
-def _check_output_file(path: Path) -> None:
-    """InputError for an output that cannot be a file: a directory, or a path under a file."""
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory; the outputs are files")
-    for parent in path.resolve().parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise InputError(f"{path}: cannot write: {parent} is a file, not a directory")
-            break
-
-
 def _code_digest() -> str:
     """Digest of the code that decides the output: this driver, clean-up, decontamination, normalisation
     and the reader of the input files."""
@@ -202,9 +180,10 @@ def prepare_lm_text(inputs: list[Path], out: Path, exclude: list[Path] = (), con
     contaminated_tsv = out.with_name(out.stem + ".contaminated.tsv")
     if len({out.resolve(), valid_out.resolve(), report.resolve(), contaminated_tsv.resolve()}) < 4:
         raise InputError(f"output, validation and report paths must differ: {out}, {valid_out}, {report}")
-    _check_outputs_outside_inputs([*inputs, *exclude], [out, valid_out, report, contaminated_tsv])
-    for output in (out, valid_out, report, contaminated_tsv):
-        _check_output_file(output)
+    for option, output in (("--out", out), ("--valid-out", valid_out), ("--report", report),
+                           ("--out", contaminated_tsv)):
+        check_no_overlap(option, output, [*inputs, *exclude])
+        check_output_file(option, output)
     files = _input_files(inputs)
     exclusion = load_exclusion(list(exclude), config.ngram)
     fingerprint = {"config": asdict(config), "normalized": normalized, "exclusion": exclusion.digest,

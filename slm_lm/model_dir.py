@@ -16,8 +16,10 @@ Every reader raises :class:`slm_lm.errors.InputError` naming the file for a miss
 garbled file, text that is not UTF-8, and a pickle that ``torch.load(weights_only=True)`` refuses.
 """
 import json
+import os
 import pickle
 import re
+import stat
 import warnings
 import zipfile
 from pathlib import Path
@@ -264,8 +266,8 @@ def load_espnet_experiment(exp_dir, checkpoint=None) -> tuple:
     exp_dir = Path(exp_dir)
     config_path = exp_dir / ESPNET_CONFIG
     try:
-        config = yaml.safe_load(config_path.read_text(encoding="utf-8-sig"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        config = yaml.safe_load(decode_utf8(config_path, read_small_file(config_path, "ESPnet config")))
+    except yaml.YAMLError as e:
         raise InputError(f"{config_path}: cannot read the ESPnet config: {e}") from None
     if not isinstance(config, dict):
         raise InputError(f"{config_path}: not an ESPnet config (expected a YAML mapping)")

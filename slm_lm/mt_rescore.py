@@ -14,7 +14,8 @@ import numpy as np
 from slm_lm import bleu
 from slm_lm.fileio import exclusive_dir_lock, write_atomic
 from slm_lm.nbest import NbestSet
-from slm_lm.rescore_report import check_cache, check_no_overlap, check_out_dir, check_set_names, install_outputs
+from slm_lm.outputs import check_no_overlap
+from slm_lm.rescore_report import check_cache, check_out_dir, check_set_names, install_outputs
 from slm_lm.score_cache import LocatedScorer, lm_scores
 from slm_lm.scored_set import ScoreColumn, ScoredSet, build_scored_set
 from slm_lm.weight_search import TuneResult, Weights, length_norm_grids, tune
@@ -83,7 +84,7 @@ def rerank_mt(dev: list[NbestSet], test: list[NbestSet], scorers: list, out_dir:
     sentence) to ``out_dir``. The options are :func:`slm_lm.rescore.rescore`'s."""
     names = [s.name for s in dev + test]
     check_set_names(names)
-    check_no_overlap(out_dir, [s.source for s in dev + test] + [str(p) for p in inputs])
+    check_no_overlap("--out", out_dir, [s.source for s in dev + test] + [str(p) for p in inputs])
     check_cache(out_dir, cache_dir, names)
     check_out_dir(out_dir, names)
     with exclusive_dir_lock(out_dir, "slm-rescore-mt"):

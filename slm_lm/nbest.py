@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slm_lm.errors import InputError
+from slm_lm.fileio import decode_utf8
 from slm_lm.transcripts import read_keyed, read_located_refs, read_nonblank_lines, require_file, single_spaced
 
 _RANK_DIR = re.compile(r"^([1-9][0-9]*)best_recog$")
@@ -264,10 +265,7 @@ def read_mlm_json(path: str | Path, nbest: int | None = None):
     """
     path = Path(path)
     require_file(path, "N-best JSON file")
-    try:
-        raw = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not UTF-8 ({err})") from None
+    raw = decode_utf8(path, path.read_bytes())
     try:
         data = json.loads(raw, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as err:

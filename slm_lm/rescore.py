@@ -12,10 +12,10 @@ from pathlib import Path
 
 from slm_lm.fileio import exclusive_dir_lock
 from slm_lm.nbest import NbestSet
+from slm_lm.outputs import check_no_overlap
 from slm_lm.rescore_report import (
     SetReport,
     check_cache,
-    check_no_overlap,
     check_out_dir,
     check_set_names,
     set_report,
@@ -55,7 +55,7 @@ def rescore(
     """
     names = [s.name for s in dev + test]
     check_set_names(names)
-    check_no_overlap(out_dir, [s.source for s in dev + test] + [str(p) for p in inputs])
+    check_no_overlap("--out", out_dir, [s.source for s in dev + test] + [str(p) for p in inputs])
     check_cache(out_dir, cache_dir, names)
     check_out_dir(out_dir, names)
     with exclusive_dir_lock(out_dir, "slm-rescore"):  # one writer per output directory

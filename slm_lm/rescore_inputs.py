@@ -7,6 +7,7 @@ import argparse
 
 from slm_lm.errors import InputError
 from slm_lm.nbest import NbestSet, load_nbest, normalize_nbest
+from slm_lm.options import Parser, number
 from slm_lm.precision import DTYPE_CHOICES, device_option
 from slm_lm.scored_set import LENGTH_NORMS, parse_am_weights, parse_length_norm, score_column
 from slm_lm.text_norm import normalize_librispeech
@@ -21,7 +22,7 @@ def comma_list(value: str | None) -> list[str]:
 
 def rescore_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """slm-rescore's command-line options."""
-    p = argparse.ArgumentParser(prog=prog, description=description)
+    p = Parser(prog=prog, description=description)
     p.add_argument("--dev", required=True, help="dev N-best input(s), comma-separated: ESPnet dir, .json or .tsv")
     p.add_argument("--test", default="", help="test N-best input(s), comma-separated")
     p.add_argument(
@@ -32,7 +33,7 @@ def rescore_parser(prog: str, description: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--test-ref", default="", help="reference file(s) for --test, like --dev-ref")
     add_lm_option(p)
-    p.add_argument("--nbest", type=int, default=None, help="use ranks 1..N (default: all)")
+    p.add_argument("--nbest", type=number(int, 1), default=None, help="use ranks 1..N (default: all)")
     p.add_argument(
         "--am-weights", default=None, help="AM = weighted per-scorer scores, e.g. decoder=0.6,ctc=0.4 "
         "(default: the file's total score)"
@@ -79,7 +80,7 @@ def add_weight_options(p: argparse.ArgumentParser, lambda_range: str, beta_range
         choices=SEARCHES,
         help="grid: every point; coordinate: coordinate descent; auto (default): grid up to --max-grid-points",
     )
-    p.add_argument("--max-grid-points", type=int, default=MAX_GRID_POINTS, help="see --search")
+    p.add_argument("--max-grid-points", type=number(int, 1, MAX_GRID_POINTS), default=MAX_GRID_POINTS, help="see --search")
 
 
 def add_scorer_options(p: argparse.ArgumentParser, prog: str) -> None:

@@ -6,8 +6,6 @@ rescored 1-best lists, RESULTS.md, the dev WER plot and tuning.json, and the out
 import json
 import os
 import re
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import numpy as np
 
 from slm_lm.errors import InputError
 from slm_lm.fileio import save_png, write_atomic
+from slm_lm.outputs import check_output_dir, staged_outputs
 from slm_lm.scored_set import ScoredSet
 from slm_lm.weight_search import DEFAULT_ALPHA_GRID, TuneResult, Weights, grid_errors
 from slm_lm.wer import wer_percent
@@ -192,16 +191,6 @@ def check_set_names(names: list[str]) -> None:
             raise InputError(f"set name {name!r} is the name of another output in --out; rename the input")
 
 
-def check_no_overlap(out_dir: str | Path, inputs: list[str]) -> None:
-    """InputError unless ``out_dir`` is outside every input path and contains none of them."""
-    out = Path(out_dir).resolve()
-    for source in inputs:
-        path = Path(source).resolve()
-        if out == path or path in out.parents or out in path.parents:
-            raise InputError(f"--out {out_dir} overlaps the input {source}: outputs must never replace or sit "
-                             "inside an input, or contain one; choose another output directory")
-
-
 def check_cache(out_dir: str | Path, cache_dir: str | Path | None, set_names=()) -> None:
     """InputError unless the score cache ``cache_dir`` (read and written in place) is outside ``out_dir``,
     or inside it where no output of this run goes (e.g. the default OUT/lm_cache)."""
@@ -230,33 +219,15 @@ def _previous_outputs(out_dir: Path) -> set[str] | None:
 
 
 def check_out_dir(out_dir: str | Path, set_names) -> set[str]:
-    """The entries of ``out_dir`` an earlier slm-rescore run wrote (this run may replace them). InputError
-    when ``out_dir`` is a file or under one, cannot be written, or holds an entry of a name this run
-    writes that slm-rescore did not write (no command replaces what it did not create)."""
+    """The entries of ``out_dir`` an earlier slm-rescore run wrote (this run may replace them); InputError
+    where :func:`slm_lm.outputs.check_output_dir` refuses ``out_dir`` or it holds a tuning.json that is not
+    slm-rescore's."""
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: is a file, not a directory")
-    existing = out
-    for parent in out.absolute().parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise InputError(f"--out {out}: is under {parent}, a file, not a directory")
-            if not out.is_dir():
-                existing = parent
-            break
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise InputError(f"--out {out}: cannot write in {existing} (permission denied)")
-    if not out.is_dir():
-        return set()
-    own = _previous_outputs(out)
-    if own is None and os.path.lexists(out / "tuning.json"):
+    own = (_previous_outputs(out) if out.is_dir() else None) or set()
+    if not own and os.path.lexists(out / "tuning.json"):
         raise InputError(f"{out / 'tuning.json'}: not a tuning.json of slm-rescore, and this run would replace "
                          "it; move it away or choose another --out")
-    own = own or set()
-    for name in (*OUTPUT_FILES, *set_names):
-        if name not in own and os.path.lexists(out / name):
-            raise InputError(f"{out / name}: not written by slm-rescore (no earlier run in {out} lists it), and "
-                             "this run would replace it; move it away or choose another --out")
+    check_output_dir("--out", out, (*OUTPUT_FILES, *set_names), own, "slm-rescore")
     return own
 
 
@@ -292,38 +263,6 @@ def _write_files(out_dir, dev_m, test_m, result, reports, lm_names, am_weights, 
     write_atomic(out_dir / "tuning.json", json.dumps(record, indent=1))
 
 
-def _install(staging: Path, out: Path, own: set[str]) -> None:
-    """Move every entry of ``staging`` into ``out``; the entries of an earlier run (``own``) are replaced,
-    or removed when this run has none of that name. Nothing else in ``out`` is moved or deleted. On any
-    failure every entry moved is moved back, so ``out`` is as it was."""
-    old = Path(tempfile.mkdtemp(dir=out, prefix=".slm-rescore.", suffix=".old"))
-    new_names = sorted(e.name for e in staging.iterdir())
-    moved_old, moved_new = [], []
-    try:
-        for name in sorted(own | set(new_names)):
-            if name in own and os.path.lexists(out / name):
-                os.rename(out / name, old / name)
-                moved_old.append(name)
-        for name in new_names:
-            if os.path.lexists(out / name):  # appeared since the check: never replace it
-                raise InputError(f"{out / name}: appeared while slm-rescore was writing; not replaced")
-            os.rename(staging / name, out / name)
-            moved_new.append(name)
-    except BaseException:
-        for src, dst, names in ((out, staging, moved_new), (old, out, moved_old)):
-            for name in reversed(names):
-                try:
-                    os.rename(src / name, dst / name)
-                except OSError:
-                    pass
-        if any(old.iterdir()):
-            raise InputError(f"--out {out}: replacing the earlier outputs failed and some could not be put back: "
-                             f"they are in {old}") from None
-        old.rmdir()
-        raise
-    shutil.rmtree(old)
-
-
 def write_outputs(out_dir: str | Path, dev_m, test_m, result, reports, lm_names, am_weights, settings, *, kinds,
                   lambda_grid, beta_grid, alpha_grid, alpha_grids) -> None:
     """Write ``<out>/<set>/1best_recog/``, ``RESULTS.md``, ``dev_wer_vs_lambda.png`` and ``tuning.json`` with
@@ -334,24 +273,12 @@ def write_outputs(out_dir: str | Path, dev_m, test_m, result, reports, lm_names,
 
 
 def install_outputs(out_dir: str | Path, set_names: list[str], write) -> None:
-    """Have ``write(staging)`` write a run's outputs (files of :data:`OUTPUT_FILES`, one folder per set,
-    a ``tuning.json`` listing the sets) into a temporary directory in ``out_dir``, whose entries then
-    replace those of an earlier run there (:func:`_install`). Other entries of ``out_dir`` (the user's,
-    ``lm_cache``) are never moved or deleted; an entry of an output's name that an earlier run did not
-    write is refused (:func:`check_out_dir`); on any failure ``out_dir`` is as it was."""
+    """Have ``write(staging)`` write a run's outputs (files of :data:`OUTPUT_FILES`, one folder per set)
+    into a temporary directory in ``out_dir``, whose entries then replace those of an earlier run there
+    (:func:`slm_lm.outputs.staged_outputs`). Other entries of ``out_dir`` (the user's, ``lm_cache``) are
+    never moved or deleted; an entry of an output's name that an earlier run did not write is refused
+    (:func:`check_out_dir`); on any failure ``out_dir`` is as it was."""
     out_dir = Path(out_dir)
     own = check_out_dir(out_dir, set_names)
-    created = not out_dir.exists()
-    staging = None
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=".slm-rescore.", suffix=".tmp"))
+    with staged_outputs("--out", out_dir, (*OUTPUT_FILES, *set_names), own, "slm-rescore") as staging:
         write(staging)
-        _install(staging, out_dir, own)
-    except OSError as err:
-        raise InputError(f"--out {out_dir}: cannot write the outputs ({err}); it is as it was") from None
-    finally:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
-        if created and out_dir.is_dir() and not any(out_dir.iterdir()):
-            out_dir.rmdir()

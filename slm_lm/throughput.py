@@ -8,6 +8,7 @@ import time
 import torch
 
 from slm_lm.config import KINDS, SIZES
+from slm_lm.options import number
 
 SHAPE_FIELDS = ("n_layers", "d_model", "n_heads", "d_ff")
 
@@ -60,7 +61,7 @@ def add_shape_options(parser: argparse.ArgumentParser, size: str) -> None:
     """`--size` (default `size`) and `--n-layers/--d-model/--n-heads/--d-ff` overriding its fields."""
     parser.add_argument("--size", default=size, choices=sorted(SIZES))
     for name in SHAPE_FIELDS:
-        parser.add_argument("--" + name.replace("_", "-"), type=int, help=f"{name} instead of the --size one")
+        parser.add_argument("--" + name.replace("_", "-"), type=number(int, 1), help=f"{name} instead of the --size one")
 
 
 def shape_overrides(args) -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from slm_lm.errors import InputError
-from slm_lm.fileio import write_atomic
+from slm_lm.fileio import decode_utf8, read_small_file, write_atomic
 
 __all__ = ["Tokenizer", "read_token_list", "check_token_list", "check_unknown", "BLANK", "UNK", "MASK", "SOS_EOS",
            "BPE_MODEL_FILE", "TOKEN_LIST_FILE", "UNKNOWN_CHOICES"]
@@ -58,10 +58,7 @@ def check_token_list(tokens: list, source: str = "token list") -> list:
 
 def read_token_list(path) -> list:
     """Read and check an ESPnet token list file (one token per line)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read the token list: {e}") from None
+    text = decode_utf8(path, read_small_file(path, "token list"))
     return check_token_list(text.splitlines(), str(path))
 
 
@@ -74,10 +71,7 @@ class Tokenizer:
             self.token_list = read_token_list(token_list)
         else:
             self.token_list = check_token_list(list(token_list))
-        try:
-            model_bytes = Path(bpe_model).read_bytes()
-        except OSError as e:
-            raise InputError(f"{bpe_model}: cannot read the sentencepiece model: {e.strerror or e}") from None
+        model_bytes = read_small_file(bpe_model, "sentencepiece model")
         self.sp = spm.SentencePieceProcessor()
         try:
             self.sp.load_from_serialized_proto(model_bytes)

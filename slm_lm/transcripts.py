@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from slm_lm.errors import InputError
-from slm_lm.fileio import atomic_open
+from slm_lm.fileio import atomic_open, decode_utf8
 
 _TRN_LINE = re.compile(r"^(.*)\(([^()\s]+)\)\s*$")
 
@@ -22,10 +22,7 @@ def require_file(path: Path, what: str) -> None:
 
 def read_nonblank_lines(path: Path) -> list[tuple[int, str]]:
     """(line number, line without newline) for the non-blank lines of a UTF-8 file."""
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not UTF-8 ({err})") from None
+    text = decode_utf8(path, path.read_bytes())
     return [(i, line.rstrip("\r")) for i, line in enumerate(text.split("\n"), 1) if line.strip()]
 
 

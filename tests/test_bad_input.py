@@ -329,7 +329,7 @@ def test_slm_score_output_under_a_file_is_one_line(tiny_model, tmp_path):
     before = snapshot(tmp_path)
     out = tmp_path / "afile" / "out.tsv"
     result = cli("score", "--model", tiny_model, "--input", tmp_path / "in.txt", "--output", out)
-    expect_error(result, "slm-score", f"{out}: cannot write the output: {tmp_path / 'afile'} is a file")
+    expect_error(result, "slm-score", f"--output {out}: cannot write: {tmp_path / 'afile'} is a file")
     assert snapshot(tmp_path) == before
 
 
@@ -511,10 +511,10 @@ def test_pretrain_refuses_a_corpus_of_another_tokenizer(tmp_path, pretrain_data,
 
 @pytest.mark.parametrize("changes,needles", [
     (["--max-positions", "2"], ["--max-positions 2: too small for one piece between <s> and </s>"]),
-    (["--minutes", "inf"], ["--minutes inf: must be a finite number"]),
-    (["--minutes", "nan"], ["--minutes nan: must be a finite number"]),
-    (["--threads", "-1"], ["--threads -1: must be 1 or more"]),
-    (["--threads", "0"], ["--threads 0: must be 1 or more"]),
+    (["--minutes", "inf"], ["argument --minutes: inf: must be a finite number"]),
+    (["--minutes", "nan"], ["argument --minutes: nan: must be a finite number"]),
+    (["--threads", "-1"], ["argument --threads: -1: must be 1 or more"]),
+    (["--threads", "0"], ["argument --threads: 0: must be 1 or more"]),
     (["--out-is-a-file"], ["is a file, not a directory"]),
 ])
 def test_pretrain_options_it_cannot_use_are_one_line(tmp_path, pretrain_data, changes, needles):
@@ -591,7 +591,7 @@ def test_rescore_refuses_an_out_holding_a_reference_file_or_the_cache(tmp_path):
     ref.write_text("".join(f"{u} {t}\n" for u, t in NBEST_REFS.items()))
     before = snapshot(tmp_path)
     result = cli("rescore", *rescore_argv(tsv, ref, refs2))
-    expect_error(result, "slm-rescore", f"--out {refs2} overlaps the input {ref}")
+    expect_error(result, "slm-rescore", f"--out {refs2}: contains the input {ref}")
     assert snapshot(tmp_path) == before and ref.is_file()
     out = tmp_path / "out"
     for cache, needle in ((out, "is the cache or inside it"), (tmp_path, "is the cache or inside it"),

@@ -87,7 +87,7 @@ BAD_MODEL_FILES = {
     "pickle refused by weights_only": ("model.pt", _pickled_object, "model.pt: refused to unpickle"),
     "truncated config.json": ("config.json", _truncate, "config.json:"),
     "0-byte config.json": ("config.json", _empty, "config.json: empty file"),
-    "config.json not UTF-8": ("config.json", _latin1_config, "config.json: not UTF-8"),
+    "config.json not UTF-8": ("config.json", _latin1_config, "not UTF-8 text"),
     "unknown config key": ("config.json", _edit_config(n_layer=3), "unknown config keys ['n_layer']"),
     "vocab of config and weights differ": ("config.json", _edit_config(vocab_size=45), "weights do not match"),
     "kind edited slm -> clm": ("config.json", _edit_config(kind="clm"), "declares kind 'clm' but model.pt holds"),
@@ -182,7 +182,7 @@ def test_rescore_outputs_never_overlap_inputs_and_replace_a_run_as_a_whole(model
     before = dev.read_bytes()
     for out in (tmp_path, decode, dev):  # around, around, the input itself
         expect_exit_2(capsys, rescore_cli.main, ["--dev", str(dev), "--dev-ref", str(dev_ref), "--lm",
-                                                 str(model_dir), "--out", str(out)], "overlaps the input")
+                                                 str(model_dir), "--out", str(out)], "outputs never replace")
     assert dev.read_bytes() == before
     dots, dots_ref = write_nbest(tmp_path, "..", HYPS, REFS)  # a set named ".."
     expect_exit_2(capsys, rescore_cli.main, ["--dev", str(dots), "--dev-ref", str(dots_ref), "--lm",
@@ -203,7 +203,7 @@ def test_slm_score_and_prepare_refuse_to_overwrite_their_input(model_dir, tmp_pa
     text = tmp_path / "in.txt"
     text.write_text("AND GOD\n")
     expect_exit_2(capsys, score_cli.main, ["--model", str(model_dir), "--input", str(text), "--output",
-                                           str(tmp_path / "." / "in.txt")], "is the input file")
+                                           str(tmp_path / "." / "in.txt")], "is the input")
     assert text.read_text() == "AND GOD\n"
     books = tmp_path / "books"
     books.mkdir()
@@ -216,13 +216,13 @@ def test_slm_score_and_prepare_refuse_to_overwrite_their_input(model_dir, tmp_pa
     dev.write_text("THE END CAME (s-u1)\n")
     expect_exit_2(capsys, prep_cli.main, ["--books", str(books / "b.txt"), "--exclude", str(dev), "--out",
                                           str(tmp_path / "lm" / "train.txt"), "--valid-out", str(dev)],
-                  "dev.trn is an input file")
+                  "dev.trn: is the input")
     assert dev.read_text() == "THE END CAME (s-u1)\n"
     from slm_lm.espnet_lm.data import write_espnet_text
 
     (tmp_path / "dump").mkdir()
     (tmp_path / "dump" / "text").write_text("AND GOD\n")
-    with pytest.raises(InputError, match="the input would be replaced"):
+    with pytest.raises(InputError, match="dump/text: is the input"):
         write_espnet_text(tmp_path / "dump" / "text", tmp_path / "dump", model_dir / "bpe.model")
     assert (tmp_path / "dump" / "text").read_text() == "AND GOD\n"
 

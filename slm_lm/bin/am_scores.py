@@ -10,7 +10,6 @@ the decoder and CTC log-likelihoods recomputed with the ASR model by teacher for
 decoder=0.7,ctc=0.3` then reads. A `<k>best_recog/` that already has `scores` is left as it is, so a killed
 run resumes; each file is written whole once its directory is done.
 """
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
 from slm_lm.nbest import espnet_hypothesis_dirs
 from slm_lm.transcripts import read_keyed, read_table
+from slm_lm.options import Parser
 
 PROG = "slm-am-scores"
 
@@ -74,7 +74,7 @@ def write_scores(work, scorer, wavs: dict[str, str], wav_scp: str) -> None:
 
 def main(argv=None) -> None:
     """Entry point of ``slm-am-scores``."""
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("nbest_dirs", nargs="+", metavar="NBEST_DIR", help="asr.sh's <decode dir>/<set>, or ours")
     parser.add_argument("--asr-config", required=True, help="the ASR experiment's config.yaml")
     parser.add_argument("--asr-model", required=True, help="its checkpoint, e.g. valid.acc.ave.pth")

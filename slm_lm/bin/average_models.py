@@ -6,14 +6,30 @@ continued from the same start with other seeds: one model that scores at the cos
 
 The models must have the same config (kind, shape) and tokenizer; the first one's config (with its scoring
 defaults) and tokenizer are kept. Weights are averaged in float32 and saved in fp16. OUT/training.json
-records the models and their training cards; OUT is written in a temporary directory and renamed into place.
+records the models and their training cards. OUT is new or an earlier average (a model directory of
+another command is refused); its files are written in a temporary directory and moved into place at once.
 """
 import argparse
-import tempfile
 from pathlib import Path
 
 from slm_lm.errors import InputError, fail
-from slm_lm.fileio import read_json, replace_dir
+from slm_lm.fileio import read_json
+from slm_lm.options import Parser
+from slm_lm.outputs import check_no_overlap, check_output_dir, staged_outputs
+
+COMMAND = "slm-average-models"
+
+
+def _earlier_average(out: Path, names) -> set:
+    """`names` when `out` holds an earlier average (its training.json records what it averaged), else none."""
+    from slm_lm import model_dir
+
+    card = out / model_dir.TRAINING_FILE
+    try:
+        earlier = card.is_file() and "averaged_from" in read_json(card)
+    except (InputError, TypeError):
+        earlier = False
+    return set(names) if earlier else set()
 
 
 def average_models(models: list, out) -> dict:
@@ -23,8 +39,10 @@ def average_models(models: list, out) -> dict:
     if len(models) < 2:
         raise InputError(f"give at least two models to average, got {len(models)}")
     models, out = [Path(m) for m in models], Path(out)
-    if out.resolve() in [m.resolve() for m in models]:
-        raise InputError(f"--out {out}: is one of the models to average; choose another directory")
+    check_no_overlap("--out", out, models)
+    names = (model_dir.SAFETENSORS_FILE, model_dir.CONFIG_FILE, model_dir.TRAINING_FILE, *model_dir.TOKENIZER_FILES)
+    own = _earlier_average(out, names)
+    check_output_dir("--out", out, names, own, COMMAND)  # before the models are read
     model, tokenizer, options = model_dir.load_pretrained(models[0])
     first_config = model.config.to_dict()
     total = {k: v.float().clone() for k, v in model.state_dict().items()}
@@ -43,16 +61,13 @@ def average_models(models: list, out) -> dict:
     cards = [directory / model_dir.TRAINING_FILE for directory in models]
     card = {"averaged_from": [str(m) for m in models],
             "cards": [read_json(path) if path.exists() else {} for path in cards]}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    model_dir.export(staging, model, tokenizer, options, card)
-    replace_dir(staging, out, stale=(model_dir.SAFETENSORS_FILE, model_dir.CONFIG_FILE, model_dir.TRAINING_FILE,
-                                     *model_dir.TOKENIZER_FILES))
+    with staged_outputs("--out", out, names, own, COMMAND) as staging:
+        model_dir.export(staging, model, tokenizer, options, card)
     return card
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="slm-average-models", description=__doc__,
+    parser = Parser(prog=COMMAND, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", action="append", required=True, help="a model directory (repeat, two or more)")
     parser.add_argument("--out", required=True, help="the averaged model's directory")
@@ -60,7 +75,7 @@ def main(argv=None):
     try:
         average_models(args.model, args.out)
     except (InputError, OSError) as e:  # OSError: an output directory that cannot be written
-        fail("slm-average-models", e)
+        fail(COMMAND, e)
     print(f"averaged {len(args.model)} models into {args.out}")
 
 

@@ -9,11 +9,13 @@ from pathlib import Path
 
 from slm_lm import datasets
 from slm_lm.errors import InputError, fail
+from slm_lm.options import Parser, number
+from slm_lm.outputs import check_no_overlap, check_output_dir
 from slm_lm.precision import DTYPE_CHOICES, device_option
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="slm-blimp", description=__doc__,
+    p = Parser(prog="slm-blimp", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="model spec: a model dir, hf-causal:DIR or hf-masked:DIR")
     p.add_argument("--data", help="BLiMP jsonl directory (default: blimp/ in the data directory, $SLM_LM_DATA "
@@ -21,10 +23,10 @@ def parse_args(argv=None):
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--label", default=None, help="row label in the table (default: the model spec)")
     p.add_argument("--paradigms", default="", help="comma-separated paradigm names (default: all files)")
-    p.add_argument("--limit", type=int, default=None, help="first N pairs per paradigm (quick runs)")
+    p.add_argument("--limit", type=number(int, 1), default=None, help="first N pairs per paradigm (quick runs)")
     p.add_argument("--device", default=None, type=device_option("slm-blimp"))
     p.add_argument("--dtype", default=None, choices=DTYPE_CHOICES, help="compute dtype (auto: bf16 where native)")
-    p.add_argument("--max-tokens", type=int, default=None, help="padded tokens per batch")
+    p.add_argument("--max-tokens", type=number(int, 1), default=None, help="padded tokens per batch")
     p.add_argument("--case", default=None, choices=["as-is", "lower", "sentence"],
                    help="Hugging Face models only: text casing (default as-is)")
     p.add_argument("--whole-words", action="store_true",
@@ -44,13 +46,12 @@ def main(argv=None):
         options["whole_words"] = True
     if "case" in options and not args.model.startswith("hf-"):
         fail("slm-blimp", "--case applies to hf-causal:/hf-masked: models only")
-    if args.limit is not None and args.limit < 1:
-        fail("slm-blimp", "--limit must be >= 1")
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        fail("slm-blimp", f"--out {args.out}: is a file, not a directory")
     try:
-        data = load_blimp(args.data or datasets.require("blimp"), [p for p in args.paradigms.split(",") if p],
-                          args.limit)
+        model = args.model.split(":", 1)[-1] if args.model.startswith("hf-") else args.model
+        blimp_dir = args.data or datasets.require("blimp")
+        check_no_overlap("--out", args.out, [blimp_dir] + ([model] if Path(model).exists() else []))
+        check_output_dir("--out", args.out, (), (), "slm-blimp")
+        data = load_blimp(blimp_dir, [p for p in args.paradigms.split(",") if p], args.limit)
         scorer = load_scorer(args.model, **options)
         results = score_blimp(scorer, data, cache_dir=Path(args.out) / "score_cache", progress=not args.no_progress)
         write_results(results, args.out, args.label or args.model)

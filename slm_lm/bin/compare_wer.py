@@ -11,12 +11,14 @@ score the texts as they are). Each system after the first is compared with the f
 with its 95 % interval, and the share of resamples in which the system is better.
 """
 
-import argparse
 
 from slm_lm.errors import InputError, fail
+from slm_lm.options import Parser, number
 from slm_lm.text_norm import normalize_librispeech
 from slm_lm.transcripts import read_refs, read_text
 from slm_lm.wer import paired_bootstrap, word_errors
+
+MAX_SAMPLES = 1_000_000  # resamples: time and memory grow with them
 
 
 def _system(spec: str) -> tuple[str, str]:
@@ -58,16 +60,14 @@ def compare(ref_path: str, systems: list[tuple[str, str]], samples: int, seed: i
 
 def main(argv=None) -> None:
     """Entry point of ``slm-compare-wer``."""
-    p = argparse.ArgumentParser(prog="slm-compare-wer", description=__doc__.split("\n")[0])
+    p = Parser(prog="slm-compare-wer", description=__doc__.split("\n")[0])
     p.add_argument("--ref", required=True, help="references: Kaldi text or .trn")
     p.add_argument("--hyp", action="append", required=True, type=str, help="NAME=TEXT, at least twice")
-    p.add_argument("--samples", type=int, default=10_000)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--samples", type=number(int, 1, MAX_SAMPLES), default=10_000)
+    p.add_argument("--seed", type=number(int, 0), default=0)
     p.add_argument("--no-normalize", action="store_true", help="compare the texts as they are")
     args = p.parse_args(argv)
     try:
-        if args.samples < 1:
-            raise InputError(f"--samples {args.samples}: want at least 1")
         print(compare(args.ref, [_system(s) for s in args.hyp], args.samples, args.seed, not args.no_normalize))
     except InputError as e:
         fail("slm-compare-wer", e)

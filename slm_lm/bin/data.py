@@ -13,10 +13,11 @@ import argparse
 
 from slm_lm import datasets
 from slm_lm.errors import InputError, fail
+from slm_lm.options import Parser
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="slm-data", description=__doc__,
+    p = Parser(prog="slm-data", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="action", required=True)
     get = sub.add_parser("get", help="fetch data sets into the data directory and check them")

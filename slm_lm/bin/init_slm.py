@@ -17,12 +17,14 @@ import argparse
 from pathlib import Path
 
 from slm_lm.errors import InputError, fail
+from slm_lm.options import Parser
+from slm_lm.outputs import check_no_overlap, check_output_dir
 
 PROG = "slm-init-slm"
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="slm-init-slm", description=__doc__,
+    p = Parser(prog="slm-init-slm", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--from", dest="source", required=True, help="our mlm model dir, or a BERT/RoBERTa MLM dir")
     p.add_argument("--out", required=True, help="output directory")
@@ -50,25 +52,6 @@ def input_paths(source: Path) -> list:
     return inputs
 
 
-def check_out(out: Path, inputs: list) -> None:
-    """InputError unless `out` can be a new or existing output directory that neither is, contains nor lies
-    inside an input (compared as resolved paths: links followed)."""
-    resolved = out.resolve()
-    for item in inputs:
-        item = Path(item).resolve()
-        if resolved == item or item in resolved.parents or resolved in item.parents:
-            how = ("is" if resolved == item else "is inside" if item in resolved.parents else "contains")
-            raise InputError(f"--out {out}: {how} the input {item}: writing there would overwrite the model "
-                             "it is read from; choose another directory")
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: is a file, not a directory")
-    for parent in resolved.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise InputError(f"--out {out}: {parent} is a file, not a directory")
-            break
-
-
 def main(argv=None):
     args = parse_args(argv)
     from slm_lm import model_dir, pretrained
@@ -79,7 +62,8 @@ def main(argv=None):
     try:
         if not source.is_dir() and pretrained.path(args.source) is None:
             raise InputError(f"{source}: no such model directory, and no shipped model of that name")
-        check_out(out, input_paths(source if source.is_dir() else pretrained.path(args.source)))
+        check_no_overlap("--out", out, input_paths(source if source.is_dir() else pretrained.path(args.source)))
+        check_output_dir("--out", out, (), (), PROG)
         hf = is_hf_model_dir(source)
         scorer = slm_from_hf(source, args.kind, args.case) if hf else from_our_checkpoint(args.source, args.kind)
         if args.format == "pretrained":

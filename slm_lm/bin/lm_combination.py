@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from slm_lm.errors import InputError, fail
-from slm_lm.fileio import write_atomic
+from slm_lm.outputs import check_no_overlap, check_output_dir, staged_outputs
 from slm_lm.rescore import rescore
 from slm_lm.rescore_inputs import (
     comma_list,
@@ -46,9 +46,22 @@ def _cell(report, best) -> str:
     return text + ")"
 
 
-def main(argv=None) -> str:
-    """Entry point of ``slm-lm-combination``: writes OUT/combination.md, prints the table and returns it."""
-    args = rescore_parser("slm-lm-combination", __doc__.split("\n\n")[0]).parse_args(argv)
+COMMAND = "slm-lm-combination"
+TABLE_FILE = "combination.md"
+
+
+def _earlier_table(out: Path) -> set:
+    """{TABLE_FILE} when OUT holds the table of an earlier run (its last line is the command), else none."""
+    try:
+        last = (out / TABLE_FILE).read_text(encoding="utf-8").rstrip("\n").rsplit("\n", 1)[-1]
+    except (OSError, UnicodeDecodeError):
+        return set()
+    return {TABLE_FILE} if last.startswith(f"`{COMMAND} ") else set()
+
+
+def main(argv=None) -> None:
+    """Entry point of ``slm-lm-combination``: writes OUT/combination.md and prints the table."""
+    args = rescore_parser(COMMAND, __doc__.split("\n\n")[0]).parse_args(argv)
     try:
         paths = comma_list(args.dev)
         if len(paths) != 2 or args.test:
@@ -59,9 +72,13 @@ def main(argv=None) -> str:
         sets = load_nbest_sets(paths, comma_list(args.dev_ref), "--dev", args.nbest)
         if not args.no_normalize:  # WER and LMs on the same normalised text, as slm-rescore
             sets = normalized_sets(sets)
-        lms = load_lms(specs, **scorer_options(args))
         out = Path(args.out)
-        command = "slm-lm-combination " + " ".join(sys.argv[1:] if argv is None else argv)
+        refs = [r for r in comma_list(args.dev_ref) if r != "-"]
+        check_no_overlap("--out", out, [s.source for s in sets] + refs + [p for p in specs if Path(p).exists()])
+        own = _earlier_table(out)
+        check_output_dir("--out", out, [TABLE_FILE], own, COMMAND)
+        lms = load_lms(specs, **scorer_options(args))
+        command = f"{COMMAND} " + " ".join(sys.argv[1:] if argv is None else argv)
         labels, cells, baseline = [], {}, {}
         for combo in combinations(len(lms)):
             label = "AM + " + " + ".join(specs[j] for j in combo)
@@ -76,7 +93,7 @@ def main(argv=None) -> str:
                 cells[label, test.name] = _cell(reports[1], result.best)
                 baseline[test.name] = reports[1]
     except InputError as err:
-        fail("slm-lm-combination", err)
+        fail(COMMAND, err)
     a, b = sets[1].name, sets[0].name  # the test sets of the two directions
     lines = [f"| system | {a} WER (weights tuned on {b}) | {b} WER (weights tuned on {a}) |", "|---|---|---|",
              f"| AM only | {baseline[a].wer_am:.2f} | {baseline[b].wer_am:.2f} |"]
@@ -85,9 +102,12 @@ def main(argv=None) -> str:
               f"{a} {baseline[a].wer_file:.2f}, {b} {baseline[b].wer_file:.2f}; oracle: "
               f"{a} {baseline[a].wer_oracle:.2f}, {b} {baseline[b].wer_oracle:.2f}.", "", f"`{command}`"]
     table = "\n".join(lines) + "\n"
-    write_atomic(out / "combination.md", table)
+    try:
+        with staged_outputs("--out", out, [TABLE_FILE], own, COMMAND) as staging:
+            (staging / TABLE_FILE).write_text(table, encoding="utf-8")
+    except InputError as err:
+        fail(COMMAND, err)
     print(table, end="")
-    return table
 
 
 if __name__ == "__main__":

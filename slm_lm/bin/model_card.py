@@ -26,6 +26,7 @@ from slm_lm.blimp import load_blimp, score_blimp
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import read_json, replace_dir, write_atomic
 from slm_lm.nbest import NbestSet, load_nbest
+from slm_lm.options import Parser, number
 from slm_lm.rescore_report import set_report
 from slm_lm.score_cache import lm_scores
 from slm_lm.scored_set import build_scored_set
@@ -170,7 +171,7 @@ def make(args) -> None:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="slm-model-card", description=__doc__,
+    parser = Parser(prog="slm-model-card", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="action", required=True)
     mk = sub.add_parser("make")
@@ -184,7 +185,7 @@ def main(argv=None):
     mk.add_argument("--machine", default="2-core AMD EPYC (AVX2, no AVX-512), fp32")
     ck = sub.add_parser("check")
     ck.add_argument("model", help="a shipped name or a model directory")
-    ck.add_argument("--lambda", dest="lam", type=float, help="LM weight (default: the card's)")
+    ck.add_argument("--lambda", dest="lam", type=number(float, 0), help="LM weight (default: the card's)")
     for s in (mk, ck):
         s.add_argument("--dir", help="data directory with blimp/ and librispeech_nbest/ (`slm-data get blimp "
                        "librispeech-nbest`; default $SLM_LM_DATA, else ~/.cache/slm_lm)")

@@ -22,11 +22,14 @@ the lists). Texts are normalised as slm-rescore normalises them, so its --cache 
 import argparse
 import shlex
 import sys
+from pathlib import Path
 
 import numpy as np
 
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
+from slm_lm.options import Parser, number
+from slm_lm.outputs import check_no_overlap, check_output_file
 from slm_lm.rescore_inputs import load_lms, load_nbest_sets, normalized_sets
 from slm_lm.score_cache import lm_scores
 from slm_lm.scored_set import ScoreColumn, build_scored_set, parse_am_weights
@@ -58,13 +61,13 @@ def _labelled(value: str) -> tuple[str, str]:
     return (label, spec) if sep else (value, value)
 
 
-def main(argv=None) -> str:
-    """Entry point of ``slm-pairwise-preference``: writes the table to --out, prints it and returns it."""
-    parser = argparse.ArgumentParser(prog="slm-pairwise-preference", description=__doc__,
+def main(argv=None) -> None:
+    """Entry point of ``slm-pairwise-preference``: writes the table to --out and prints it."""
+    parser = Parser(prog="slm-pairwise-preference", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--set", action="append", required=True, help="an N-best set (as slm-rescore's --dev)")
     parser.add_argument("--lm", action="append", required=True, help="LABEL=SPEC or SPEC (repeat)")
-    parser.add_argument("--nbest", type=int, default=10)
+    parser.add_argument("--nbest", type=number(int, 1), default=10)
     parser.add_argument("--am-weights", default="", help="e.g. decoder=0.6,ctc=0.4 (default: the file score)")
     parser.add_argument("--cache", help="LM score cache directory (shared with slm-rescore)")
     parser.add_argument("--out", required=True, help="markdown table to write")
@@ -72,6 +75,9 @@ def main(argv=None) -> str:
     try:
         labels, specs = zip(*(_labelled(v) for v in args.lm))
         sets = normalized_sets(load_nbest_sets(args.set, [], "--set", args.nbest))
+        inputs = [s.source for s in sets] + [p for p in specs if Path(p).exists()] + ([args.cache] if args.cache else [])
+        check_no_overlap("--out", args.out, inputs)
+        out = check_output_file("--out", args.out)
         lms = load_lms(list(specs))
         am_weights = parse_am_weights(args.am_weights) if args.am_weights else None
         texts = [h.text for nbest in sets for hyps in nbest.hyps.values() for h in hyps]
@@ -92,9 +98,11 @@ def main(argv=None) -> str:
     command = "slm-pairwise-preference " + shlex.join(sys.argv[1:] if argv is None else argv)
     footer = f"AM = {args.am_weights or 'the file score'}, {args.nbest}-best. `{command}`"
     table = "\n".join(lines + ["", footer]) + "\n"
-    write_atomic(args.out, table)
+    try:
+        write_atomic(out, table)
+    except OSError as err:
+        fail("slm-pairwise-preference", f"--out {args.out}: cannot write: {err}")
     print(table, end="")
-    return table
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """slm-prepare-lm-text: books (or normalised text) -> LM training/validation sentences + report."""
 
-import argparse
 import json
 
 from slm_lm.errors import InputError, fail
 from slm_lm.lm_text import PrepConfig, prepare_lm_text
+from slm_lm.options import Parser, number
 
 
 def _paths(value: str) -> list:
@@ -13,17 +13,17 @@ def _paths(value: str) -> list:
 
 def main(argv=None):
     defaults = PrepConfig()
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = Parser(prog="slm-prepare-lm-text", description=__doc__)
     parser.add_argument("--books", required=True, nargs="+", type=_paths,
                         help="directories of .txt/.txt.gz books and/or files (comma or space separated)")
     parser.add_argument("--normalized", action="store_true",
                         help="inputs are already one normalised sentence per line (librispeech-lm-norm.txt)")
     parser.add_argument("--exclude", nargs="*", type=_paths, default=[],
                         help="dev/test transcripts (Kaldi text or sclite .trn) whose word n-grams are removed")
-    parser.add_argument("--ngram", type=int, default=defaults.ngram, help="decontamination n-gram order")
-    parser.add_argument("--min-words", type=int, default=defaults.min_words)
-    parser.add_argument("--max-words", type=int, default=defaults.max_words)
-    parser.add_argument("--valid-every", type=int, default=defaults.valid_every,
+    parser.add_argument("--ngram", type=number(int, 1), default=defaults.ngram, help="decontamination n-gram order")
+    parser.add_argument("--min-words", type=number(int, 1), default=defaults.min_words)
+    parser.add_argument("--max-words", type=number(int, 1), default=defaults.max_words)
+    parser.add_argument("--valid-every", type=number(int, 0), default=defaults.valid_every,
                         help="every N-th kept sentence goes to the validation file (0: none)")
     parser.add_argument("--out", required=True, help="training text (one sentence a line)")
     parser.add_argument("--valid-out", help="validation text (default: valid.txt next to --out)")

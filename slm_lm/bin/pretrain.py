@@ -6,25 +6,25 @@ that check) or holding token ids beyond its vocabulary. One `train` at a time wr
 refused); a run resumes the checkpoint in --out, exactly (random-number states included), and refuses one of
 another kind, model shape, dropout, seed or tokenizer.
 """
-import argparse
 import json
-import math
 from pathlib import Path
 
 from slm_lm.config import KINDS, SIZES
 from slm_lm.errors import InputError, fail
+from slm_lm.options import Parser, number
+from slm_lm.outputs import check_no_overlap, check_output_dir, check_output_file
 from slm_lm.precision import DTYPE_CHOICES, device_option
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = Parser(prog="slm-pretrain", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     enc = sub.add_parser("encode", help="text (one normalised sentence a line) -> NAME.ids.xz, and NAME.ids.json "
                                         "naming its tokenizer")
     enc.add_argument("--bpe-dir", required=True, help="directory with bpe.model and tokens.txt")
     enc.add_argument("--text", required=True)
     enc.add_argument("--out", required=True)
-    enc.add_argument("--max-sentences", type=int, default=0, help="encode only the first N lines (0: all)")
+    enc.add_argument("--max-sentences", type=number(int, 0), default=0, help="encode only the first N lines (0: all)")
     tr = sub.add_parser("train", help="train one kind on DATA/{train,valid}.ids.xz + tokenizer files")
     tr.add_argument("--kind", required=True, choices=KINDS)
     tr.add_argument("--data", required=True,
@@ -34,30 +34,30 @@ def main(argv=None):
                     help="directory of the run (one run at a time); a checkpoint there is resumed if it is of the "
                          "same kind, model options, seed and tokenizer, and refused otherwise")
     budget = tr.add_mutually_exclusive_group(required=True)
-    budget.add_argument("--minutes", type=float, help="training budget in minutes of --clock time")
-    budget.add_argument("--updates", type=int,
+    budget.add_argument("--minutes", type=number(float, above=0), help="training budget in minutes of --clock time")
+    budget.add_argument("--updates", type=number(int, 1),
                         help="training budget in updates: the same schedule and result on any machine")
     tr.add_argument("--clock", default="wall", choices=("wall", "cpu"),
                     help="budget clock: wall time, or this process's CPU time (equal compute on shared CPUs)")
-    tr.add_argument("--deadline", type=float, default=0.0,
+    tr.add_argument("--deadline", type=number(float, 0), default=0.0,
                     help="wall-clock minutes after which the run ends whatever the budget (0: none)")
     tr.add_argument("--size", default="mini", choices=tuple(SIZES))
     for name in ("n_layers", "d_model", "n_heads", "d_ff", "max_positions"):
-        tr.add_argument("--" + name.replace("_", "-"), type=int)
-    tr.add_argument("--dropout", type=float, default=0.1)
-    tr.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
-    tr.add_argument("--warmup", type=float, default=0.05, help="fraction of the budget for linear warm-up")
-    tr.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per update")
+        tr.add_argument("--" + name.replace("_", "-"), type=number(int, 1))
+    tr.add_argument("--dropout", type=number(float, 0, 1), default=0.1)
+    tr.add_argument("--lr", type=number(float, above=0), default=1e-3, help="peak learning rate")
+    tr.add_argument("--warmup", type=number(float, 0, 1), default=0.05, help="fraction of the budget for linear warm-up")
+    tr.add_argument("--batch-tokens", type=number(int, 1), default=4096, help="padded tokens per update")
     tr.add_argument("--device", default="cpu", type=device_option("slm-pretrain"))
     tr.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES,
                     help="autocast dtype (auto: bf16 where the device computes it natively, else float32)")
-    tr.add_argument("--valid-every", type=float, default=10.0, help="minutes of --clock time between validations")
-    tr.add_argument("--valid-sentences", type=int, default=0, help="validate on the first N sentences (0: all)")
-    tr.add_argument("--seed", type=int, default=0)
-    tr.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
-    tr.add_argument("--content-loss", type=float, default=0.0,
+    tr.add_argument("--valid-every", type=number(float, 0), default=10.0, help="minutes of --clock time between validations")
+    tr.add_argument("--valid-sentences", type=number(int, 0), default=0, help="validate on the first N sentences (0: all)")
+    tr.add_argument("--seed", type=number(int, 0), default=0)
+    tr.add_argument("--threads", type=number(int, 1), help="CPU threads (default: torch's)")
+    tr.add_argument("--content-loss", type=number(float, 0), default=0.0,
                     help="SLM only: weight of the content streams' neighbour-prediction loss (0: the paper's loss)")
-    tr.add_argument("--content-sample", type=float, default=1.0,
+    tr.add_argument("--content-sample", type=number(float, 1e-9, 1), default=1.0,
                     help="share of positions that get the content-stream loss (its softmax is the cost)")
     tr.add_argument("--whole-words", action="store_true",
                     help="train the whole-word objective: each piece predicted without the later pieces of its own "
@@ -74,19 +74,14 @@ def main(argv=None):
             if not args.out.endswith(".ids.xz"):
                 raise InputError(f"--out {args.out}: name it NAME.ids.xz (train reads DATA/train.ids.xz and "
                                  "DATA/valid.ids.xz)")
-            if Path(args.out).is_dir():
-                raise InputError(f"--out {args.out}: is a directory, not a file")
-            if args.max_sentences < 0:
-                raise InputError(f"--max-sentences {args.max_sentences}: must be 0 (all) or more")
-            print(json.dumps(encode_corpus(args.text, Tokenizer.from_dir(args.bpe_dir), args.out,
+            check_no_overlap("--out", args.out, [args.text])
+            out = check_output_file("--out", args.out)
+            print(json.dumps(encode_corpus(args.text, Tokenizer.from_dir(args.bpe_dir), out,
                                            args.max_sentences)))
             return
         from slm_lm.pretrain import PretrainSettings, pretrain
 
         check_train_options(args)
-        if (args.minutes or 0) <= 0 and (args.updates or 0) <= 0:
-            given = "--minutes" if args.minutes is not None else "--updates"
-            raise InputError(f"{given}: the budget must be positive")
         model_args = dict(SIZES[args.size], dropout=args.dropout)
         model_args.update({k: getattr(args, k) for k in ("n_layers", "d_model", "n_heads", "d_ff", "max_positions")
                            if getattr(args, k) is not None})
@@ -104,23 +99,9 @@ def main(argv=None):
 
 
 def check_train_options(args) -> None:
-    """Refuse numbers no run can use (InputError naming the option): NaN or infinite floats, negative
-    durations, a non-positive --threads, --batch-tokens or --valid-sentences below 0, an --out that is a file."""
-    for option in ("minutes", "deadline", "dropout", "lr", "warmup", "valid_every", "content_loss", "content_sample"):
-        value = getattr(args, option)
-        if value is not None and not math.isfinite(60.0 * value):
-            raise InputError(f"--{option.replace('_', '-')} {value}: must be a finite number")
-    for option in ("deadline", "valid_every"):
-        if getattr(args, option) < 0:
-            raise InputError(f"--{option.replace('_', '-')} {getattr(args, option)}: must be 0 or more")
-    if args.threads is not None and args.threads < 1:
-        raise InputError(f"--threads {args.threads}: must be 1 or more (leave it out for torch's default)")
-    if args.batch_tokens < 1:
-        raise InputError(f"--batch-tokens {args.batch_tokens}: must be 1 or more")
-    if args.valid_sentences < 0:
-        raise InputError(f"--valid-sentences {args.valid_sentences}: must be 0 (all) or more")
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise InputError(f"--out {args.out}: is a file, not a directory")
+    """Refuse an --out that is a file or overlaps --data (the numbers are checked by their option types)."""
+    check_output_dir("--out", args.out, (), (), "slm-pretrain")
+    check_no_overlap("--out", args.out, [args.data] + ([args.init] if args.init and Path(args.init).exists() else []))
 
 
 if __name__ == "__main__":

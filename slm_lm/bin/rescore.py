@@ -30,7 +30,8 @@ from slm_lm.rescore_inputs import (
     scorer_options,
     tuning_options,
 )
-from slm_lm.rescore_report import check_cache, check_no_overlap, check_out_dir, check_set_names
+from slm_lm.outputs import check_no_overlap
+from slm_lm.rescore_report import check_cache, check_out_dir, check_set_names
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,7 +58,7 @@ def main(argv=None) -> None:
         names = [s.name for s in dev + test]
         check_set_names(names)
         inputs = read_inputs(args, specs)
-        check_no_overlap(args.out, [s.source for s in dev + test] + inputs)
+        check_no_overlap("--out", args.out, [s.source for s in dev + test] + inputs)
         cache = args.cache or f"{args.out}/lm_cache"
         check_cache(args.out, cache, names)
         check_out_dir(args.out, names)

@@ -30,13 +30,14 @@ from slm_lm.rescore_inputs import (
     tuning_options,
 )
 from slm_lm.scored_set import score_column
+from slm_lm.options import Parser, number
 
 PROG = "slm-rescore-mt"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--dev", required=True, help="dev N-best file(s), comma-separated: fairseq-generate output "
                    "or Moses/Marian n-best ('id ||| text ||| features ||| total')")
     p.add_argument("--dev-ref", required=True, help="reference file(s) for --dev, plain text, line k = sentence k "
@@ -51,14 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="BPE removal from the hypotheses as fairseq's --remove-bpe: subword_nmt ('@@ ', the "
                    "default; no change to text without it), sentencepiece ('\u2581'), none")
     add_lm_option(p)
-    p.add_argument("--nbest", type=int, default=None, help="use the first N hypotheses per sentence (default: all)")
+    p.add_argument("--nbest", type=number(int, 1), default=None, help="use the first N hypotheses per sentence (default: all)")
     p.add_argument("--am-weights", default=None,
                    help="MT score = weighted per-scorer scores, e.g. positional=1 (fairseq: the sum of the P- "
                    "scores, unnormalised) or Moses feature names; default: the file's score (fairseq: H- score)")
     add_weight_options(p, "0:2:0.05", "-1:1:0.1")
     p.add_argument("--bleu-tokenize", default="13a", help="sacrebleu tokenizer (default 13a; none, intl, zh, ...)")
     p.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU (sacrebleu -lc)")
-    p.add_argument("--bootstrap-samples", type=int, default=1000,
+    p.add_argument("--bootstrap-samples", type=number(int, 1, 1_000_000), default=1000,
                    help="resamples of sacrebleu's paired bootstrap (default 1000)")
     add_scorer_options(p, PROG)
     p.add_argument("--no-normalize", action="store_true",

@@ -8,16 +8,17 @@ a summary line goes to stderr at the end.
 import argparse
 import sys
 import time
-from pathlib import Path
 
 from slm_lm.errors import InputError, fail
-from slm_lm.fileio import atomic_open
+from slm_lm.fileio import atomic_open, read_text_lines
+from slm_lm.options import Parser, number
+from slm_lm.outputs import check_no_overlap, check_output_file
 from slm_lm.precision import DTYPE_CHOICES, device_option
 from slm_lm.tokenizer import UNKNOWN_CHOICES
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="slm-score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="slm-score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True,
                    help="model directory (save_pretrained or ESPnet LM experiment), or hf-causal:DIR / hf-masked:DIR")
     p.add_argument("--input", default="-", help="text file, one sentence per line ('-' = stdin)")
@@ -25,7 +26,7 @@ def parse_args(argv=None):
     p.add_argument("--tokens", action="store_true", help="add a column of piece:logprob pairs")
     p.add_argument("--device", default="cpu", type=device_option("slm-score"))
     p.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES, help="compute dtype (auto: bf16 where native)")
-    p.add_argument("--max-tokens", type=int, default=8192, help="padded tokens per batch")
+    p.add_argument("--max-tokens", type=number(int, 1), default=8192, help="padded tokens per batch")
     p.add_argument("--truncate", action="store_true", help="score only the first tokens of over-long sentences")
     p.add_argument("--unknown", default="error", choices=UNKNOWN_CHOICES, help="unknown characters: fail or map to <unk>")
     p.add_argument("--no-normalize", action="store_true", help="do not apply LibriSpeech-style normalisation")
@@ -41,23 +42,12 @@ CHUNK = 10_000  # sentences scored (and held in memory) at a time
 
 def read_chunks(path: str, size: int = CHUNK):
     """Lists of up to `size` lines (no line ends, a UTF-8 byte-order mark dropped), in file order."""
-    try:
-        handle = sys.stdin if path == "-" else open(path, encoding="utf-8-sig", newline=None)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read input: {e.strerror or e}") from None
-    chunk, number = [], 0
-    try:
-        for number, line in enumerate(handle, 1):
-            line = line.rstrip("\r\n")
-            chunk.append(line.removeprefix("\ufeff") if number == 1 else line)
-            if len(chunk) == size:
-                yield chunk
-                chunk = []
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}:{number + 1}: not UTF-8 ({e.reason})") from None
-    finally:
-        if handle is not sys.stdin:
-            handle.close()
+    chunk = []
+    for _, line in read_text_lines(path):
+        chunk.append(line)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
     if chunk:
         yield chunk
 
@@ -93,28 +83,15 @@ def score_stream(args, scorer, out) -> tuple[int, int]:
     return sentences, tokens
 
 
-def check_output(output: str) -> None:
-    """InputError for an --output that cannot be a file: a directory, or a path under a file."""
-    path = Path(output)
-    if path.is_dir():
-        raise InputError(f"{output}: --output is a directory, not a file")
-    for parent in path.resolve().parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise InputError(f"{output}: cannot write the output: {parent} is a file, not a directory")
-            break
-
-
 def main(argv=None):
     args = parse_args(argv)
     from slm_lm.scorer import load_scorer
 
     started = time.time()
     try:
-        if args.output != "-" and args.input != "-" and Path(args.output).resolve() == Path(args.input).resolve():
-            raise InputError(f"--output {args.output} is the input file: it would be replaced; choose another name")
         if args.output != "-":
-            check_output(args.output)
+            check_no_overlap("--output", args.output, [args.input] if args.input != "-" else [])
+            output = check_output_file("--output", args.output)  # a link is written through
         options = dict(device=args.device, dtype=args.dtype, max_tokens=args.max_tokens, truncate=args.truncate,
                        unknown=args.unknown)
         if args.no_normalize:
@@ -128,7 +105,7 @@ def main(argv=None):
             counts = score_stream(args, scorer, sys.stdout)
         else:
             try:
-                with atomic_open(args.output) as f:
+                with atomic_open(output) as f:
                     counts = score_stream(args, scorer, f)
             except OSError as e:  # a read-only directory, a full disk
                 raise InputError(f"{args.output}: cannot write the output: {e.strerror or e}") from None

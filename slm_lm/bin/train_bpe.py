@@ -1,23 +1,23 @@
 """slm-train-bpe: a sentencepiece tokenizer (unigram or BPE) on prepared text -> DIR/bpe.model + DIR/tokens.txt."""
 
-import argparse
 import time
 
 from slm_lm.bpe import train_bpe
 from slm_lm.errors import InputError, fail
+from slm_lm.options import Parser, number
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = Parser(prog="slm-train-bpe", description=__doc__)
     parser.add_argument("--text", required=True, help="training text, one normalised sentence per line")
-    parser.add_argument("--vocab-size", type=int, default=5000, help="sentencepiece vocabulary size")
-    parser.add_argument("--input-sentence-size", type=int, default=1_000_000,
+    parser.add_argument("--vocab-size", type=number(int, 1), default=5000, help="sentencepiece vocabulary size")
+    parser.add_argument("--input-sentence-size", type=number(int, 1), default=1_000_000,
                         help="at most this many sentences (a seeded sample) are used for training")
     parser.add_argument("--model-type", choices=("unigram", "bpe"), default="bpe",
                         help="sentencepiece model type (ESPnet's asr.sh --bpemode, whose default is unigram; "
                              "bpe here, the shipped models' tokenizers)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num-threads", type=int, default=1)
+    parser.add_argument("--seed", type=number(int, 0), default=0)
+    parser.add_argument("--num-threads", type=number(int, 1), default=1)
     parser.add_argument("--out", required=True, help="output directory")
     args = parser.parse_args(argv)
     started = time.time()

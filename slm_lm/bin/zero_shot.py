@@ -20,13 +20,14 @@ from slm_lm.precision import DTYPE_CHOICES, device_option
 from slm_lm.score_cache import LocatedScorer, lm_scores
 from slm_lm.tokenizer import UNKNOWN_CHOICES
 from slm_lm.zero_shot import check_pattern, classify, parse_label_words, predictions_tsv, read_examples, sentences
+from slm_lm.options import Parser
 
 PROG = "slm-zero-shot"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="labelled texts: .jsonl ({'text': ..., 'label': ...} per line) "
                    "or TSV (text<TAB>label, an optional header line)")
     p.add_argument("--labels", required=True, help="label words: label=word,... (e.g. 0=negative,1=positive), or "

@@ -3,7 +3,6 @@
 `text_shape` lines are `uttid n_pieces`, the lengths ESPnet's batch samplers read; the pieces are
 counted with the same sentencepiece model ESPnet's preprocessor uses, so no collect-stats pass is needed.
 """
-import argparse
 from pathlib import Path
 
 import sentencepiece as spm
@@ -11,6 +10,8 @@ from tqdm import tqdm
 
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import atomic_open, read_text_lines
+from slm_lm.options import Parser
+from slm_lm.outputs import check_no_overlap
 
 
 def write_espnet_text(sentences, out_dir, bpemodel, prefix: str = "utt") -> int:
@@ -20,8 +21,8 @@ def write_espnet_text(sentences, out_dir, bpemodel, prefix: str = "utt") -> int:
     `InputError` naming the line (a byte-order mark is dropped); both files are written atomically.
     """
     sentences, out_dir = Path(sentences), Path(out_dir)
-    if sentences.resolve() in {(out_dir / name).resolve() for name in ("text", "text_shape")}:
-        raise InputError(f"{sentences}: the input would be replaced by the output in {out_dir}; choose another dir")
+    for name in ("text", "text_shape"):
+        check_no_overlap("OUT_DIR", out_dir / name, [sentences])
     try:
         processor = spm.SentencePieceProcessor(model_file=str(bpemodel))
     except (OSError, RuntimeError) as e:
@@ -41,7 +42,7 @@ def write_espnet_text(sentences, out_dir, bpemodel, prefix: str = "utt") -> int:
 
 def main(argv=None):
     """CLI: python -m slm_lm.espnet_lm.data SENTENCES OUT_DIR --bpemodel BPE [--prefix P]."""
-    p = argparse.ArgumentParser(description=__doc__)
+    p = Parser(prog="slm_lm.espnet_lm.data", description=__doc__)
     p.add_argument("sentences", help="plain text, one sentence per line")
     p.add_argument("out_dir", help="writes OUT_DIR/text and OUT_DIR/text_shape")
     p.add_argument("--bpemodel", required=True, help="sentencepiece model (the one given to lm_train)")

@@ -20,7 +20,7 @@ import torch
 from tqdm import tqdm
 
 from slm_lm.errors import InputError
-from slm_lm.fileio import atomic_open, write_atomic
+from slm_lm.fileio import atomic_open, read_text_lines, write_atomic
 from slm_lm.tokenizer import Tokenizer
 
 
@@ -40,34 +40,26 @@ def encode_corpus(text, tokenizer: Tokenizer, out, max_sentences: int = 0) -> di
     if tokenizer.vocab_size > 65535:
         raise InputError(f"vocabulary of {tokenizer.vocab_size} does not fit uint16 ids")
     ids, sentences = [], 0
+    lines = read_text_lines(text)
     try:
-        handle = open(text, encoding="utf-8-sig")
-    except OSError as e:
-        raise InputError(f"{text}: cannot open: {e.strerror or e}") from None
-    number = 0
-    try:
-        with handle:
-            first = handle.readline()
-            if not first:  # refused before the progress bar starts: the message is the only line
-                raise InputError(f"{text}: no sentence to encode (the text is empty)")
-            lines = _chain(first, handle)
-            for number, line in enumerate(tqdm(lines, desc=f"encode {Path(text).name}", unit="sent"), 1):
-                if max_sentences and sentences == max_sentences:
-                    break
-                line = line.strip()
-                if not line:
-                    raise InputError(f"{text}:{number}: empty line")
-                try:
-                    pieces = tokenizer.encode(line)
-                except InputError as e:
-                    raise InputError(f"{text}:{number}: {e}") from None
-                ids.extend(pieces)
-                ids.append(0)
-                sentences += 1
-    except UnicodeDecodeError as e:
-        raise InputError(f"{text}:{number + 1}: not UTF-8 text ({e.reason})") from None
-    except OSError as e:
-        raise InputError(f"{text}:{number + 1}: cannot read: {e.strerror or e}") from None
+        first = next(lines, None)
+        if first is None:  # refused before the progress bar starts: the message is the only line
+            raise InputError(f"{text}: no sentence to encode (the text is empty)")
+        for number, line in tqdm(_chain(first, lines), desc=f"encode {Path(text).name}", unit="sent"):
+            if max_sentences and sentences == max_sentences:
+                break
+            line = line.strip()
+            if not line:
+                raise InputError(f"{text}:{number}: empty line")
+            try:
+                pieces = tokenizer.encode(line)
+            except InputError as e:
+                raise InputError(f"{text}:{number}: {e}") from None
+            ids.extend(pieces)
+            ids.append(0)
+            sentences += 1
+    finally:
+        lines.close()
     return write_corpus(np.asarray(ids, dtype="<u2"), tokenizer, out)
 
 
@@ -87,7 +79,7 @@ def write_corpus(ids: np.ndarray, tokenizer: Tokenizer, out) -> dict:
     return {"sentences": sentences, "pieces": int(len(ids) - sentences), "bytes": os.path.getsize(out)}
 
 
-def _chain(first: str, rest):
+def _chain(first, rest):
     yield first
     yield from rest
 
