@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a pattern with one {text} and one {label} slot (repeat for several)")
     p.add_argument("--model", required=True, help="model spec (shipped name, model dir, hf-causal:DIR, hf-masked:DIR)")
     p.add_argument("--out", required=True, help="predictions TSV: one row per example and pattern")
-    p.add_argument("--cache", default=None, help="score cache dir shared with slm-rescore (default: none)")
+    p.add_argument("--cache", default=None, help="score cache dir, the same as slm-rescore's --cache (default: none)")
     p.add_argument("--device", default=None, type=device_option(PROG), help="device for the model")
     p.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES, help="compute dtype (auto: bf16 where native)")
     p.add_argument("--unknown", default="error", choices=UNKNOWN_CHOICES,
