@@ -112,3 +112,25 @@ def test_use_our_lms_in_your_asr_sh(console_scripts, tmp_path):
     done = run_block(block, tmp_path, console_scripts, SLM_LM=str(ROOT))
     assert re.search(r"^lm: clm$", done.stdout, re.MULTILINE) and re.search(r"^model: slm_lm$", done.stdout,
                                                                              re.MULTILINE)
+
+
+def test_rerank_a_translation_systems_nbest_lists(console_scripts, tmp_path):
+    """fairseq-generate output whose MT 1-best is scrambled: the shipped SLM prefers the references."""
+    from test_mt_zero_shot import FAIRSEQ, REFS
+
+    block = howto("Rerank a translation system's N-best lists for BLEU")
+    for gen, ref in (("gen_valid.txt", "valid.en"), ("gen_test.txt", "test.en")):
+        (tmp_path / gen).write_text(FAIRSEQ)
+        (tmp_path / ref).write_text("".join(line + "\n" for line in REFS[:2]))
+    done = run_block(block, tmp_path, console_scripts)
+    assert "sacrebleu" in done.stdout
+    assert (tmp_path / "exp/mt_rerank/gen_test/rescored.txt").read_text().splitlines() == REFS[:2]
+
+
+def test_classify_texts_zero_shot_by_ranking(console_scripts, tmp_path):
+    block = howto("Classify texts zero-shot by ranking")
+    (tmp_path / "sst2_dev.tsv").write_text("sentence\tlabel\na wonderful , moving film\t1\n"
+                                           "a dull and tedious mess\t0\n")
+    done = run_block(block, tmp_path, console_scripts)
+    rows = (tmp_path / "exp/sst2_predictions.tsv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 2 and "%" in done.stdout  # a header, two texts under each of the two patterns
