@@ -117,8 +117,8 @@ def test_mlm_k_ablation(setup, tmp_path):
 def test_blimp_with_a_hugging_face_baseline(tmp_path, capsys):
     gpt2 = make_gpt2_dir(tmp_path / "gpt2", n_positions=128)
     out = tmp_path / "out"
-    blimp_cli.main(["--model", f"hf-causal:{gpt2}", "--paradigms", "passive_1,wh_island", "--limit", "5",
-                    "--case", "lower", "--out", str(out), "--no-progress"])
+    blimp_cli.main(["--model", f"hf-causal:{gpt2}", "--data", str(MIRROR / "blimp"), "--paradigms",
+                    "passive_1,wh_island", "--limit", "5", "--case", "lower", "--out", str(out), "--no-progress"])
     results = json.loads((out / "blimp_results.json").read_text())
     assert results["pairs"] == 10 and results["model"].startswith("hf-causal-")
     assert "over 10 pairs in 2 paradigms" in capsys.readouterr().out
