@@ -16,10 +16,8 @@ Every reader raises :class:`slm_lm.errors.InputError` naming the file for a miss
 garbled file, text that is not UTF-8, and a pickle that ``torch.load(weights_only=True)`` refuses.
 """
 import json
-import os
 import pickle
 import re
-import stat
 import warnings
 import zipfile
 from pathlib import Path
@@ -29,7 +27,7 @@ import torch
 from slm_lm import pretrained
 from slm_lm.config import KINDS, MASK_KINDS, LMConfig, lm_config
 from slm_lm.errors import InputError
-from slm_lm.fileio import atomic_open, check_readable, read_json, write_atomic
+from slm_lm.fileio import atomic_open, check_readable, decode_utf8, read_json, read_small_file, write_atomic
 from slm_lm.hf import HFTokenizer
 from slm_lm.models import LanguageModel, model_from_config
 from slm_lm.tokenizer import BPE_MODEL_FILE, MASK, TOKEN_LIST_FILE, Tokenizer

@@ -56,13 +56,13 @@ def format_rows(lines, scorer, with_tokens: bool, progress: bool, first: int = 1
     """(TSV row, scored tokens) of each of `lines`, numbered from `first`."""
     if with_tokens:
         per_token = scorer.token_scores(lines, progress=progress)
-        for number, pairs in enumerate(per_token, first):
+        for line_number, pairs in enumerate(per_token, first):
             total = sum(lp for _, lp in pairs)
             tokens = " ".join(f"{piece}:{lp:.4f}" for piece, lp in pairs)
-            yield f"{number}\t{total:.4f}\t{len(pairs)}\t{tokens}\n", len(pairs)
+            yield f"{line_number}\t{total:.4f}\t{len(pairs)}\t{tokens}\n", len(pairs)
     else:
-        for number, row in enumerate(scorer.logprobs(lines, progress=progress), first):
-            yield f"{number}\t{float(row.double().sum()):.4f}\t{len(row)}\n", len(row)
+        for line_number, row in enumerate(scorer.logprobs(lines, progress=progress), first):
+            yield f"{line_number}\t{float(row.double().sum()):.4f}\t{len(row)}\n", len(row)
 
 
 def score_stream(args, scorer, out) -> tuple[int, int]:
