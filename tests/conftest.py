@@ -1,9 +1,15 @@
 """`pytest --device cuda` runs the tests that take the `device` fixture on that device (default: cpu).
 
 Those tests are marked `device`, so `pytest --device cuda -m device` runs only them (local/gpu/gpu_session.py).
+cuBLAS reads CUBLAS_WORKSPACE_CONFIG when CUDA starts, so it is set here, before any test: a test may then ask for
+deterministic algorithms (the `deterministic_algorithms` fixture).
 """
+import os
+
 import pytest
 import torch
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
 def pytest_addoption(parser):
@@ -26,3 +32,13 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def device(request) -> str:
     return request.config.getoption("--device")
+
+
+@pytest.fixture
+def deterministic_algorithms():
+    """torch's deterministic algorithms during the test (without them CUDA's atomic-add kernels make two identical
+    runs differ in the last bits), as they were after it."""
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(before)
