@@ -103,7 +103,8 @@ def test_prepare_cuts_the_corpus_to_what_fits_beside_the_repository(gpu_session,
 def test_dry_run_trains_both_models_and_everything_would_come_back(gpu_session, corpus, tmp_path):
     data = tmp_path / "data"
     assert run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST).returncode == 0
-    proc = run("run", "--dry-run", "--data", data, "--out", tmp_path / "out", "--run-dir", tmp_path / "run")
+    proc = run("run", "--dry-run", "--data", data, "--out", tmp_path / "out", "--run-dir", tmp_path / "run",
+               "--batch-tokens", 512)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "gpu_session: would travel" in proc.stdout and "gpu_session: comes back: " in proc.stdout
     files = sorted(p.name for p in (tmp_path / "out").iterdir())
@@ -132,6 +133,7 @@ def test_dry_run_trains_both_models_and_everything_would_come_back(gpu_session, 
     assert cards["slm"]["budget_minutes"] == cards["clm"]["budget_minutes"]  # the same training time
     for kind, card in cards.items():
         assert card["kind"] == kind and card["updates"] > 0 and math.isfinite(card["valid_ce"]) and card["finished"]
+        assert card["batch_tokens"] == 512  # --batch-tokens reaches both runs
         assert card["parameters"] == cards["slm"]["parameters"] > 10_000_000  # the shape the GPU trains
     curves = (tmp_path / "out" / "curves.tsv").read_text().splitlines()
     assert curves[0].startswith("kind\tminutes\tupdates") and {c.split("\t")[0] for c in curves[1:]} == {"slm", "clm"}

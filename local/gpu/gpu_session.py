@@ -64,15 +64,15 @@ MISSING_ON_THE_GPU = ("espnet", "espnet2", "jiwer", "kaldiio")  # not installed 
 # size) and shrinks everything else.
 PLANS = {
     "gpu": dict(
-        limits=dict(tests=60, parity=30, latency=45, rescoring=30, mfu=30, attention=45),
+        limits=dict(tests=60, parity=30, latency=45, rescoring=60, mfu=30, attention=90),
         tests=["-k", "not flex"], parity=["--size", "small", "--sentences", "200"],
-        latency=["--sizes", "small,base", "--lengths", "10,100,500", "--repeats", "5", "--modes", "latency",
+        latency=["--sizes", "small,base", "--lengths", "10,100,500", "--repeats", "7", "--modes", "latency",
                  "--mlm-max-tokens", "65536"],
         rescoring=["--random-init", "slm:small", "--random-init", "clm:small", "--random-init", "mlm:small",
                    "--max-tokens", "65536"],
         mfu=["--tokens", "32768", "--length", "64", "--steps", "10", "--warmup", "3", "--matmul-size", "8192"],
         attention=["--rows", "100", "--length", "64", "--tokens", "32768", "--repeats", "7"],
-        train=["--batch-tokens", "32768", "--valid-sentences", "0"],
+        train=["--valid-sentences", "0"], batch_tokens=32768,
         minutes=9.0, train_minutes=3.0, train_least=2.0, valid_every=0.5, train_start=45, end_margin=15),
     "dry": dict(
         limits=dict(tests=300, parity=120, latency=180, rescoring=180, mfu=300, attention=120),
@@ -85,7 +85,7 @@ PLANS = {
         mfu=["--tokens", "256", "--length", "32", "--steps", "1", "--warmup", "0", "--matmul-size", "256",
              "--threads", "1"],
         attention=["--rows", "6", "--length", "12", "--repeats", "1", "--threads", "1"],
-        train=["--batch-tokens", "1024", "--valid-sentences", "20", "--threads", "1"],
+        train=["--valid-sentences", "20", "--threads", "1"], batch_tokens=1024,
         minutes=60.0, train_minutes=0.1, train_least=0.05, valid_every=0.05, train_start=120, end_margin=20),
 }
 
@@ -110,6 +110,7 @@ def parse_args(argv=None):
     run.add_argument("--minutes", type=float, help="the command's wall-clock budget (default 9; dry 60)")
     run.add_argument("--train-minutes", type=float, help="most training minutes per model (default 3; dry 0.1)")
     run.add_argument("--lr", type=float, default=3e-4, help="peak learning rate of both models")
+    run.add_argument("--batch-tokens", type=int, help="padded tokens per update of both models (default 32768; dry 1024)")
     run.add_argument("--warmup", type=float, default=0.05, help="warm-up share of the training budget")
     run.add_argument("--part-mib", type=float, default=15.5, help="size of the models.tar.NN parts")
     args = p.parse_args(argv)
@@ -122,6 +123,7 @@ def parse_args(argv=None):
         args.device = "cpu" if args.dry_run else "cuda"
         args.minutes = args.minutes or args.plan["minutes"]
         args.train_minutes = args.train_minutes or args.plan["train_minutes"]
+        args.batch_tokens = args.batch_tokens or args.plan["batch_tokens"]
     for name in ("data", "out", "run_dir", "corpus"):
         if getattr(args, name, None):
             setattr(args, name, str(Path(getattr(args, name)).resolve()))
@@ -359,6 +361,7 @@ class Session:
                        self.args.data, "--out", run, "--minutes", f"{minutes:.3f}", "--clock", "wall",
                        "--deadline", f"{deadline / 60:.3f}", "--device", self.args.device, "--dtype", "bfloat16",
                        "--lr", self.args.lr, "--warmup", self.args.warmup, "--dropout", "0",
+                       "--batch-tokens", self.args.batch_tokens,
                        "--valid-every", self.plan["valid_every"], *shape_options(), *self.plan["train"]]
             result = self.call(f"train_{kind}", command, deadline + 30)
             card_path = run / "model" / "training.json"
