@@ -111,7 +111,7 @@ def test_any_import_order_registers_the_kinds(installed, tmp_path, first):
 def broken_slm_lm(root: Path, how: str) -> Path:
     """A copy of this checkout's slm_lm under `root` with one module missing or raising at import (for
     PYTHONPATH, ahead of the installed one)."""
-    shutil.copytree(REPO / "slm_lm", root / "slm_lm", ignore=shutil.ignore_patterns("pretrained", "__pycache__"))
+    shutil.copytree(REPO / "slm_lm", root / "slm_lm", ignore=shutil.ignore_patterns("*.safetensors", "__pycache__"))
     if how == "missing":
         (root / "slm_lm" / "espnet_lm" / "lm.py").unlink()
     else:
