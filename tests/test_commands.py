@@ -381,3 +381,39 @@ def test_a_fifo_or_dev_zero_as_a_model_file_is_one_line(model, tmp_path, name, k
     (tmp_path / "in.txt").write_text(TEXT)
     result = cli("score", "--model", directory, "--input", tmp_path / "in.txt")  # a hang: killed after 600 s
     expect_error(result, "slm-score", f"{directory / name}: not a regular file")
+
+
+# Memory is bounded by a ceiling on the work, named in the message, before any scoring
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--search", "grid", "--lambda-range", "0:5:0.001"],  # 2 LMs x 5,001 values: a MemoryError at 4 GB
+     "--search grid: 25,010,001 grid points (5,001 x 5,001 x 1 values of lambda per LM and beta), above the "
+     "ceiling of 1,000,000; use coarser ranges or --search coordinate"),
+    (["--lambda-range", "0:5:0.0001", "--length-norm", "gnmt", "--ln-alpha-range", "0:1:0.0001"],
+     "--search coordinate: 1,000,120,003 points per sweep (each LM's lambdas times its alphas, and the betas), "
+     "above the ceiling of 1,000,000; use coarser ranges"),
+])
+def test_rescore_refuses_a_search_beyond_its_ceiling(sets, tmp_path, capsys, extra, needle):
+    from slm_lm.bin import rescore
+
+    with pytest.raises(SystemExit) as exit_info:
+        rescore.main(["--dev", str(sets[0]), "--lm", "score:lm", "--lm", "score:ctc", "--out", str(tmp_path / "out"),
+                      "--no-progress", *extra])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"slm-rescore: error: {needle}\n"
+
+
+def test_rescore_mt_refuses_more_bootstrap_draws_than_its_ceiling(tmp_path, capsys):
+    from slm_lm.bin import rescore_mt
+
+    refs = [f"sentence number {i} ." for i in range(25)]
+    (tmp_path / "dev.nbest").write_text("".join(f"{i} ||| {r} ||| MT= -1 ||| -1\n" for i, r in enumerate(refs)))
+    (tmp_path / "ref.txt").write_text("".join(r + "\n" for r in refs))
+    with pytest.raises(SystemExit) as exit_info:
+        rescore_mt.main(["--dev", str(tmp_path / "dev.nbest"), "--dev-ref", str(tmp_path / "ref.txt"), "--lm",
+                         "score:MT", "--bootstrap-samples", "1000000", "--out", str(tmp_path / "out"), "--no-progress"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        "slm-rescore-mt: error: --bootstrap-samples 1,000,000: 1,000,000 resamples of the 25 sentences of set dev "
+        "are 25,000,000 draws, above the ceiling of 20,000,000 (sacrebleu holds them all in memory); give fewer "
+        "resamples\n")
