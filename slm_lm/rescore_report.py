@@ -193,9 +193,11 @@ def check_set_names(names: list[str]) -> None:
 
 def check_cache(out_dir: str | Path, cache_dir: str | Path | None, set_names=()) -> None:
     """InputError unless the score cache ``cache_dir`` (read and written in place) is outside ``out_dir``,
-    or inside it where no output of this run goes (e.g. the default OUT/lm_cache)."""
+    or inside it where no output of this run goes (e.g. the default OUT/lm_cache), and a directory that can
+    be written (not a file nor under one)."""
     if cache_dir is None:
         return
+    check_output_dir("--cache", cache_dir, (), (), "slm-rescore")
     out, cache = Path(out_dir).resolve(), Path(cache_dir).resolve()
     if cache == out or cache in out.parents:
         raise InputError(f"--cache {cache_dir}: --out {out_dir} is the cache or inside it; choose another "

@@ -417,3 +417,63 @@ def test_rescore_mt_refuses_more_bootstrap_draws_than_its_ceiling(tmp_path, caps
         "slm-rescore-mt: error: --bootstrap-samples 1,000,000: 1,000,000 resamples of the 25 sentences of set dev "
         "are 25,000,000 draws, above the ceiling of 20,000,000 (sacrebleu holds them all in memory); give fewer "
         "resamples\n")
+
+
+# One line, not a traceback
+
+@pytest.mark.parametrize("cache,needle", [
+    ("file", "--cache {c}: is a file, not a directory"),
+    ("file/sub", "--cache {c}: cannot write: {t}/file is a file, not a directory"),
+])
+def test_rescore_cache_that_is_a_file_is_one_line(sets, tmp_path, capsys, cache, needle):
+    from slm_lm.bin import rescore
+
+    (tmp_path / "file").write_text("mine\n")
+    with pytest.raises(SystemExit) as exit_info:
+        rescore.main(["--dev", str(sets[0]), "--lm", "score:lm", "--out", str(tmp_path / "out"), "--no-progress",
+                      "--cache", str(tmp_path / cache)])
+    assert exit_info.value.code == 2
+    expected = needle.format(c=tmp_path / cache, t=tmp_path)
+    assert capsys.readouterr().err == f"slm-rescore: error: {expected}\n"
+    assert (tmp_path / "file").read_text() == "mine\n"
+
+
+def test_compare_wer_references_without_words_are_one_line(tmp_path, capsys):
+    from slm_lm.bin import compare_wer
+
+    (tmp_path / "ref.txt").write_text("u1\nu2 \n")
+    with pytest.raises(SystemExit) as exit_info:
+        compare_wer.main(["--ref", str(tmp_path / "ref.txt"), "--hyp", f"a={tmp_path / 'ref.txt'}",
+                          "--hyp", f"b={tmp_path / 'ref.txt'}"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (f"slm-compare-wer: error: {tmp_path / 'ref.txt'}: the references have no "
+                                       "words (2 utterances): no WER to compare\n")
+
+
+@pytest.mark.parametrize("blimp,tuning,name,needle", [
+    ('{"pairs": 1}', None, "x", "{b}: not a slm-blimp output: KeyError 'overall' reading it"),
+    ('[]', None, "x", "{b}: expected a JSON object, got list"),
+    (None, '{"sets": {"a": 1}, "best": {}}', "x", "{r}: not a slm-rescore output: TypeError string indices must be "
+                                                  "integers, not 'str' reading it"),
+    (None, '{"sets": [{"role": "dev"}], "best": {}}', "x",
+     "{r}: not a slm-rescore output: IndexError list index out of range reading it"),
+    (None, None, "../escape", "--name '../escape': want a model name (letters, digits, '.', '_', '-')"),
+])
+def test_model_card_make_inputs_of_another_shape_are_one_line(tmp_path, capsys, blimp, tuning, name, needle):
+    from slm_lm.bin import model_card
+
+    good_blimp = '{"pairs": 2, "overall": 50.0, "phenomena": {}}'
+    good_tuning = ('{"sets": [{"role": "dev", "name": "dev_other"}, {"role": "test", "name": "t", "wer_am": 1, '
+                   '"wer_rescored": 1, "wer_file": 1, "wer_oracle": 1}], "best": {"lambdas": [0.5]}}')
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "training.json").write_text("{}")
+    (tmp_path / "bl").mkdir()
+    (tmp_path / "bl" / "blimp_results.json").write_text(blimp or good_blimp)
+    (tmp_path / "rs").mkdir()
+    (tmp_path / "rs" / "tuning.json").write_text(tuning or good_tuning)
+    with pytest.raises(SystemExit) as exit_info:
+        model_card.main(["make", "--model", str(tmp_path / "model"), "--name", name, "--blimp", str(tmp_path / "bl"),
+                         "--rescore", str(tmp_path / "rs"), "--command", "c"])
+    assert exit_info.value.code == 2
+    expected = needle.format(b=tmp_path / "bl" / "blimp_results.json", r=tmp_path / "rs" / "tuning.json")
+    assert capsys.readouterr().err == f"slm-model-card: error: {expected}\n"

@@ -490,6 +490,39 @@ def test_cli_reports_input_error_in_one_line(data, tmp_path):
     assert "missing_tokens.txt" in str(info.value)
 
 
+@pytest.mark.parametrize("text,needle", [
+    ('lm: slm\nfoo: !!python/object/apply:os.system ["true"]\n',
+     "py.yaml:2: could not determine a constructor for the tag 'tag:yaml.org,2002:python/object/apply:os.system'"),
+    ("lm: slm\nfoo: [1, 2\n", "py.yaml:3: expected ',' or ']', but got '<stream end>'"),
+])
+def test_a_config_yaml_cannot_load_is_one_line(data, tmp_path, capsys, text, needle):
+    from slm_lm.bin.lm_train import main
+
+    (tmp_path / "py.yaml").write_text(text)
+    with pytest.raises(SystemExit) as info:
+        main(train_args(data, tmp_path / "x", config=tmp_path / "py.yaml"))
+    assert info.value.code == 2 and str(info.value).startswith(f"slm-lm-train: error: {tmp_path / needle}")
+    assert "\n" not in str(info.value) and capsys.readouterr().err.endswith(str(info.value) + "\n")
+
+
+@pytest.mark.parametrize("text,needle", [
+    (b"lm: clm\nmodel: slm_lm\n# \xff\n", "c.yaml:3: not UTF-8 text (invalid start byte at byte 3 of the line)"),
+    (b"lm: clm\nmodel: slm_lm\nlm_conf: 5\n", "c.yaml: lm_conf is 5, not a mapping of the LM's options"),
+    (b"lm: clm\nmodel: slm_lm\ntoken_list: [a, 5, b]\n",
+     "c.yaml: token_list[1] is 5, not a string (quote it in the YAML)"),
+    (b"- lm\n", "c.yaml: not an ESPnet config (expected a YAML mapping)"),
+])
+def test_espnet_lm_configs_asr_inference_and_lm_calc_perplexity_cannot_use_are_one_line(tmp_path, text, needle):
+    from slm_lm.bin.asr_inference import check_fusion_lm
+    from slm_lm.bin.lm_calc_perplexity import check_train_config
+
+    (tmp_path / "c.yaml").write_bytes(text)
+    for check in (lambda: check_train_config(tmp_path / "c.yaml"), lambda: check_fusion_lm(tmp_path / "c.yaml", None)):
+        with pytest.raises(InputError) as info:
+            check()
+        assert str(info.value) == f"{tmp_path / needle}"
+
+
 def test_espnet_experiment_errors(data, tmp_path):
     from slm_lm.model_dir import load_espnet_experiment
 

@@ -17,6 +17,7 @@ card's checks.
 """
 import argparse
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -131,20 +132,38 @@ def card_markdown(name: str, card: dict) -> str:
     return "\n".join(lines)
 
 
+def _fields(path: Path, what: str, take):
+    """`take` applied to the JSON object in `path`; InputError naming `path` when it lacks what `take` reads
+    (`what` wrote it)."""
+    data = read_json(path)
+    try:
+        return take(data)
+    except (KeyError, IndexError, TypeError, AttributeError) as e:
+        raise InputError(f"{path}: not a {what} output: {type(e).__name__} {e} reading it") from None
+
+
+def _rescoring(tuning: dict) -> dict:
+    """The card's entry for one slm-rescore run (its tuning.json): its dev and test sets and figures."""
+    dev = [s for s in tuning["sets"] if s["role"] == "dev"][0]
+    test = [s for s in tuning["sets"] if s["role"] == "test"][0]
+    return {"dev": dev["name"], "test": test["name"], "lambda": tuning["best"]["lambdas"][0],
+            **{k: test[k] for k in ("wer_am", "wer_rescored", "wer_file", "wer_oracle")}}
+
+
 def make(args) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.name):
+        raise InputError(f"--name {args.name!r}: want a model name (letters, digits, '.', '_', '-')")
     model, dest = Path(args.model), pretrained.ROOT / args.name
     training = read_json(model / model_dir.TRAINING_FILE)
-    blimp = read_json(Path(args.blimp) / "blimp_results.json")
-    rescoring = []
-    for run in args.rescore:
-        tuning = read_json(Path(run) / "tuning.json")
-        dev = [s for s in tuning["sets"] if s["role"] == "dev"][0]
-        test = [s for s in tuning["sets"] if s["role"] == "test"][0]
-        rescoring.append({"dev": dev["name"], "test": test["name"], "lambda": tuning["best"]["lambdas"][0],
-                          "wer_am": test["wer_am"], "wer_rescored": test["wer_rescored"],
-                          "wer_file": test["wer_file"], "wer_oracle": test["wer_oracle"]})
-    lam = next(r["lambda"] for r in rescoring if r["dev"] == "dev_other")
-    cfg = read_json(model / model_dir.CONFIG_FILE)["model"]
+    blimp = _fields(Path(args.blimp) / "blimp_results.json", "slm-blimp",
+                    lambda b: {k: b[k] for k in ("pairs", "overall", "phenomena")})
+    rescoring = [_fields(Path(run) / "tuning.json", "slm-rescore", _rescoring) for run in args.rescore]
+    lam = next((r["lambda"] for r in rescoring if r["dev"] == "dev_other"), None)
+    if lam is None:
+        raise InputError(f"--rescore: no run tuned on dev_other among {', '.join(args.rescore)} (the card's "
+                         "check uses its lambda)")
+    cfg = _fields(model / model_dir.CONFIG_FILE, "slm-pretrain", lambda c: {
+        k: c["model"][k] for k in ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "max_positions")})
     card = {
         "name": args.name,
         "shape": f"{cfg['n_layers']} layers, d {cfg['d_model']}, {cfg['n_heads']} heads, FFN {cfg['d_ff']}, "
@@ -154,7 +173,7 @@ def make(args) -> None:
         "command": args.command,
         "training": training,
         "started_from": started_from(training),
-        "blimp": {k: blimp[k] for k in ("pairs", "overall", "phenomena")},
+        "blimp": blimp,
         "rescoring": rescoring,
         "check": check_figures(str(model), lam, args.dir),
     }
