@@ -44,11 +44,14 @@ def _existing_ancestor(option: str, path: Path) -> Path:
 
 def check_output_file(option: str, path) -> Path:
     """The path to write an output file at (a link is written through: its target): InputError when `path`
-    is a directory, lies under a file, or its directory cannot be written."""
+    is a directory, a device, FIFO or socket, lies under a file, or its directory cannot be written."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{option} {path}: is a directory, not a file")
     target = path.resolve() if path.is_symlink() else path
+    if target.exists() and not target.is_file():
+        raise InputError(f"{option} {path}: not a regular file (a device, FIFO or socket); outputs are written to "
+                         "a temporary file renamed into place, which would replace it: name a file")
     parent = target.parent if target.parent.is_dir() else _existing_ancestor(option, target)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(f"{option} {path}: cannot write in {parent} (permission denied)")

@@ -477,3 +477,23 @@ def test_model_card_make_inputs_of_another_shape_are_one_line(tmp_path, capsys, 
     assert exit_info.value.code == 2
     expected = needle.format(b=tmp_path / "bl" / "blimp_results.json", r=tmp_path / "rs" / "tuning.json")
     assert capsys.readouterr().err == f"slm-model-card: error: {expected}\n"
+
+
+@pytest.mark.parametrize("command", ["pairwise_preference", "score"])
+def test_an_output_that_is_a_fifo_is_refused_not_replaced(sets, tmp_path, capsys, command):
+    """A device or FIFO named as an output file stays what it is (it was replaced by a regular file)."""
+    from slm_lm.bin import pairwise_preference, score
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "in.txt").write_text("AND GOD SAW THE LIGHT\n")
+    argv = {"pairwise_preference": ["--set", str(sets[0]), "--lm", "score:lm", "--nbest", "2", "--out", str(fifo)],
+            "score": ["--model", "slm-books", "--input", str(tmp_path / "in.txt"), "--output", str(fifo)]}[command]
+    with pytest.raises(SystemExit) as exit_info:
+        {"pairwise_preference": pairwise_preference, "score": score}[command].main(argv)
+    assert exit_info.value.code == 2
+    option = "--out" if command == "pairwise_preference" else "--output"
+    assert capsys.readouterr().err.endswith(f"error: {option} {fifo}: not a regular file (a device, FIFO or socket); "
+                                            "outputs are written to a temporary file renamed into place, which "
+                                            "would replace it: name a file\n")
+    assert fifo.is_fifo()
