@@ -497,3 +497,37 @@ def test_an_output_that_is_a_fifo_is_refused_not_replaced(sets, tmp_path, capsys
                                             "outputs are written to a temporary file renamed into place, which "
                                             "would replace it: name a file\n")
     assert fifo.is_fifo()
+
+
+def test_model_card_make_replaces_only_an_earlier_card(tmp_path, monkeypatch, capsys):
+    """slm-model-card make writes the shipped directory by the shared output rules: an earlier card of the
+    name is replaced, a file of yours beside it kept, a directory of yours of that name (no card.json) refused."""
+    from slm_lm import pretrained
+    from slm_lm.bin import model_card
+
+    monkeypatch.setattr(pretrained, "ROOT", tmp_path / "pretrained")
+    (tmp_path / "pretrained").mkdir()
+    monkeypatch.setattr(model_card, "check_figures", lambda spec, lam, data=None: {"lambda": lam})
+    shutil.copytree(ROOT / "slm_lm" / "pretrained" / "slm-books", tmp_path / "model")
+    training = json.loads((tmp_path / "model" / "training.json").read_text())
+    (tmp_path / "model" / "training.json").write_text(json.dumps({**training, "init": None}))
+    (tmp_path / "bl").mkdir()
+    (tmp_path / "bl" / "blimp_results.json").write_text('{"pairs": 2, "overall": 50.0, "phenomena": {}}')
+    (tmp_path / "rs").mkdir()
+    (tmp_path / "rs" / "tuning.json").write_text(
+        '{"sets": [{"role": "dev", "name": "dev_other"}, {"role": "test", "name": "t", "wer_am": 1, '
+        '"wer_rescored": 1, "wer_file": 1, "wer_oracle": 1}], "best": {"lambdas": [0.5]}}')
+    argv = ["make", "--model", str(tmp_path / "model"), "--blimp", str(tmp_path / "bl"), "--rescore",
+            str(tmp_path / "rs"), "--command", "c", "--name"]
+    model_card.main(argv + ["mine"])
+    dest = tmp_path / "pretrained" / "mine"
+    (dest / "notes.txt").write_text("mine\n")
+    model_card.main(argv + ["mine"])
+    assert sorted(p.name for p in dest.iterdir()) == sorted([*model_card.MODEL_FILES, "card.json", "README.md",
+                                                             "notes.txt"])
+    (dest / "card.json").unlink()  # now a directory of yours
+    with pytest.raises(SystemExit):
+        model_card.main(argv + ["mine"])
+    assert capsys.readouterr().err.startswith(f"slm-model-card: error: {dest / 'model.safetensors'}: not written "
+                                              "by slm-model-card")
+    assert (dest / "notes.txt").read_text() == "mine\n"

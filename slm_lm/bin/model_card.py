@@ -19,15 +19,15 @@ import argparse
 import json
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
 from slm_lm import datasets, model_dir, pretrained
 from slm_lm.blimp import load_blimp, score_blimp
 from slm_lm.errors import InputError, fail
-from slm_lm.fileio import read_json, replace_dir, write_atomic
+from slm_lm.fileio import read_json, write_atomic
 from slm_lm.nbest import NbestSet, load_nbest
 from slm_lm.options import Parser, number
+from slm_lm.outputs import check_no_overlap, check_output_dir, finish_interrupted, staged_outputs
 from slm_lm.rescore_report import set_report
 from slm_lm.score_cache import lm_scores
 from slm_lm.scored_set import build_scored_set
@@ -35,6 +35,7 @@ from slm_lm.scorer import load_scorer
 from slm_lm.weight_search import Weights
 
 CARD_FILE = "card.json"  # the card's figures; README.md is the card
+COMMAND = "slm-model-card"
 MODEL_FILES = (model_dir.SAFETENSORS_FILE, model_dir.CONFIG_FILE, *model_dir.TOKENIZER_FILES, model_dir.TRAINING_FILE)
 AM_WEIGHTS = {"decoder": 0.6, "ctc": 0.4}
 CHECK_BLIMP_PAIRS, CHECK_UTTS = 10, 200
@@ -154,6 +155,11 @@ def make(args) -> None:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.name):
         raise InputError(f"--name {args.name!r}: want a model name (letters, digits, '.', '_', '-')")
     model, dest = Path(args.model), pretrained.ROOT / args.name
+    names = (*MODEL_FILES, CARD_FILE, "README.md")
+    check_no_overlap("--name", dest, [model, args.blimp, *args.rescore])
+    finish_interrupted(dest, COMMAND)
+    own = names if (dest / CARD_FILE).is_file() else ()  # an earlier card of this name: replaced
+    check_output_dir("--name", dest, names, own, COMMAND)  # before the check figures are measured
     training = read_json(model / model_dir.TRAINING_FILE)
     blimp = _fields(Path(args.blimp) / "blimp_results.json", "slm-blimp",
                     lambda b: {k: b[k] for k in ("pairs", "overall", "phenomena")})
@@ -177,15 +183,13 @@ def make(args) -> None:
         "rescoring": rescoring,
         "check": check_figures(str(model), lam, args.dir),
     }
-    pretrained.ROOT.mkdir(exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=pretrained.ROOT, prefix=f".{args.name}."))
-    for name in MODEL_FILES:
-        shutil.copy2(model / name, tmp / name)
-    write_atomic(tmp / CARD_FILE, json.dumps(card, indent=1))
-    write_atomic(tmp / "README.md", card_markdown(args.name, card))
-    for path in tmp.iterdir():
-        path.chmod(0o644)  # readable by every user of an installed package (temp files are 0600)
-    replace_dir(tmp, dest, stale={p.name for p in dest.iterdir()} if dest.exists() else ())
+    with staged_outputs("--name", dest, names, own, COMMAND) as tmp:
+        for name in MODEL_FILES:
+            shutil.copy2(model / name, tmp / name)
+        write_atomic(tmp / CARD_FILE, json.dumps(card, indent=1))
+        write_atomic(tmp / "README.md", card_markdown(args.name, card))
+        for path in tmp.iterdir():
+            path.chmod(0o644)  # readable by every user of an installed package (temp files are 0600)
     print(f"wrote {dest}: {json.dumps(card['check'])}")
 
 
@@ -218,7 +222,7 @@ def main(argv=None):
                 lam = read_json(model_dir.resolve(args.model) / CARD_FILE)["check"]["lambda"]
             print(json.dumps(check_figures(args.model, lam, args.dir)))
     except InputError as e:
-        fail("slm-model-card", e)
+        fail(COMMAND, e)
 
 
 if __name__ == "__main__":
