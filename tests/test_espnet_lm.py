@@ -177,8 +177,28 @@ def test_stock_lm_task_adds_mask_to_an_asr_sh_token_list_as_our_task_does(tmp_pa
         assert {k: v.shape for k, v in SlmLMTask.build_model(ours).state_dict().items()} == \
             {k: v.shape for k, v in model.state_dict().items()} and ours.token_list == with_mask
     assert LMTask.build_model(stock_args(with_mask, kind, mask_id=4)).lm.model.config.mask_id == 4
-    with pytest.raises(InputError, match=f"--lm {kind}: lm_conf mask_id 2 is '\u2581A' in the token list, not <mask>"):
-        LMTask.build_model(stock_args(str(tokens), kind, mask_id=2))
+    with pytest.raises(SystemExit, match=f"--lm {kind}: lm_conf mask_id 2 is '\u2581A' in the token list, not <mask>"):
+        LMTask.build_model(stock_args(str(tokens), kind, mask_id=2))  # stock lm_train: one line, exit 2
+
+
+@pytest.mark.parametrize("lm_conf,needle", [
+    ({"mask_id": 2}, "command line: --lm slm: lm_conf mask_id 2 is '\u2581A' in the token list, not <mask>"),
+    ({"n_layer": 2}, "command line: lm_conf: unknown key(s) ['n_layer']; allowed: ['d_ff', "),
+])
+def test_stock_lm_train_with_a_bad_lm_conf_is_one_line(tmp_path, capsys, monkeypatch, lm_conf, needle):
+    """Stock ESPnet's lm_train (which catches nothing) with a bad lm_conf: one line, exit 2, no traceback."""
+    from espnet2.tasks.lm import LMTask
+
+    from slm_lm.espnet_lm.registry import register_kinds
+
+    register_kinds()
+    monkeypatch.setattr(sys, "argv", ["/x/espnet2/bin/lm_train.py"])
+    (tmp_path / "tokens.txt").write_text(ASR_SH_TOKENS)
+    with pytest.raises(SystemExit) as exit_info:
+        LMTask.build_model(stock_args(str(tmp_path / "tokens.txt"), "slm", **lm_conf))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err  # (ESPnet's import may print its own warnings first)
+    assert err.splitlines()[-1].startswith(f"lm_train.py: error: {needle}") and "Traceback" not in err
 
 
 def test_stock_lm_task_builds_other_kinds_and_our_task_adds_the_mask(tmp_path):

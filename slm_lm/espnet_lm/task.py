@@ -57,6 +57,8 @@ class SlmLMTask(LMTask):
     ESPnet spawns per GPU, which build the model without parsing a command line.
     """
 
+    reports_input_errors = True  # its entry point (slm-lm-train) reports InputError in one line
+
     @classmethod
     def get_parser(cls):
         register_kinds()
