@@ -531,3 +531,33 @@ def test_model_card_make_replaces_only_an_earlier_card(tmp_path, monkeypatch, ca
     assert capsys.readouterr().err.startswith(f"slm-model-card: error: {dest / 'model.safetensors'}: not written "
                                               "by slm-model-card")
     assert (dest / "notes.txt").read_text() == "mine\n"
+
+
+def test_average_models_killed_while_writing_leaves_no_temporary_directory(two_models, tmp_path):
+    """SIGKILL while the average is moved into OUT leaves a journal (.slm-average-models.*.swap); the next run
+    finishes it or deletes it first: OUT then holds the averaged model and nothing else."""
+    import signal
+
+    from slm_lm.bin import average_models
+
+    out = tmp_path / "avg"
+    pid = os.fork()
+    if pid == 0:
+        try:
+            rename = os.rename
+
+            def killed_rename(src, dst):  # the third move into OUT: part of the model is in place
+                killed_rename.count = getattr(killed_rename, "count", 0) + 1
+                if killed_rename.count == 3:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                rename(src, dst)
+
+            os.rename = killed_rename
+            average_models.average_models([two_models[0], two_models[1]], out)
+        finally:
+            os._exit(0)
+    assert os.WIFSIGNALED(os.waitpid(pid, 0)[1])
+    assert any(p.name.startswith(".slm-average-models.") for p in out.iterdir())
+    average_models.average_models([two_models[0], two_models[1]], out)
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["model.safetensors", "config.json", "training.json", "bpe.model", "tokens.txt"])
