@@ -543,6 +543,21 @@ def test_espnet_lm_configs_asr_inference_and_lm_calc_perplexity_cannot_use_are_o
         assert str(info.value) == f"{tmp_path / needle}"
 
 
+@pytest.mark.parametrize("where,needle", [("tokens", "contains the input"), ("file", "is a file, not a directory")])
+def test_slm_lm_train_output_dir_follows_the_output_rules(data, tmp_path, where, needle):
+    from slm_lm.bin.lm_train import main
+
+    args = train_args(data, tmp_path / "x")
+    token_list = Path(args[args.index("--token_list") + 1])
+    (tmp_path / "file").write_text("mine\n")
+    out = token_list.parent if where == "tokens" else tmp_path / "file"
+    args[args.index("--output_dir") + 1] = str(out)
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2 and str(info.value).startswith(f"slm-lm-train: error: --output_dir {out}: {needle}")
+    assert (tmp_path / "file").read_text() == "mine\n"
+
+
 def test_espnet_experiment_errors(data, tmp_path):
     from slm_lm.model_dir import load_espnet_experiment
 
