@@ -197,8 +197,9 @@ def check_cache(out_dir: str | Path, cache_dir: str | Path | None, set_names=())
     be written (not a file nor under one)."""
     if cache_dir is None:
         return
-    check_output_dir("--cache", cache_dir, (), (), "slm-rescore")
     out, cache = Path(out_dir).resolve(), Path(cache_dir).resolve()
+    if out not in cache.parents:  # one inside --out (the default OUT/lm_cache): --out's check names the problem
+        check_output_dir("--cache", cache_dir, (), (), "slm-rescore")
     if cache == out or cache in out.parents:
         raise InputError(f"--cache {cache_dir}: --out {out_dir} is the cache or inside it; choose another "
                          "output directory")
