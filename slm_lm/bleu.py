@@ -46,6 +46,17 @@ def oracle_choice(metric, refs: list[str], nbest: list[list[str]]) -> list[int]:
             for ref, hyps in zip(refs, nbest)]
 
 
+MAX_BOOTSTRAP_DRAWS = 20_000_000  # resamples x sentences: sacrebleu holds them all at once, ~50 bytes each
+
+
+def check_bootstrap(samples: int, sentences: int, set_name: str) -> None:
+    """InputError when `samples` bootstrap resamples of `sentences` sentences exceed MAX_BOOTSTRAP_DRAWS."""
+    if samples * sentences > MAX_BOOTSTRAP_DRAWS:
+        raise InputError(f"--bootstrap-samples {samples:,}: {samples:,} resamples of the {sentences:,} sentences of "
+                         f"set {set_name} are {samples * sentences:,} draws, above the ceiling of "
+                         f"{MAX_BOOTSTRAP_DRAWS:,} (sacrebleu holds them all in memory); give fewer resamples")
+
+
 def paired_test(metric, refs: list[str], systems: list[tuple[str, list[str]]], samples: int = 1000):
     """sacrebleu's paired bootstrap resampling (``sacrebleu --paired-bs``, its fixed seed) of every system
     against the first, the baseline: (signature, [(name, BLEU, bootstrap mean, 95 % interval half-width,

@@ -21,6 +21,13 @@ class CommandError(SystemExit):
         self.code = 2
 
 
+def yaml_problem(err) -> str:
+    """`FILE:LINE: problem` of a YAML parser's error (PyYAML's `MarkedYAMLError`), else its text."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err)
+    return f"{mark.name}:{mark.line + 1}: {problem}" if mark is not None else str(err)
+
+
 def fail(prog: str, message) -> None:
     """Print ``prog: error: message`` on stderr (one line, no traceback) and exit with status 2; a message
     of several lines (e.g. a YAML parser's, with its pointer to the column) is joined into one."""

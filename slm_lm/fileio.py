@@ -9,7 +9,6 @@ import json
 import gzip
 import os
 import socket
-import shutil
 import stat
 import sys
 import tempfile
@@ -54,24 +53,6 @@ def save_png(fig, path, dpi: int = 120) -> None:
     with atomic_open(path, "wb") as handle:
         fig.savefig(handle, format="png", dpi=dpi)
     plt.close(fig)
-
-
-def replace_dir(staging, target, stale=()) -> None:
-    """Move the finished directory `staging` into place as `target`, so that readers see the previous
-    outputs or the new ones, never a mix. Entries of an existing `target` not named in `stale` (the
-    previous run's outputs) and not written anew are carried over into the new directory."""
-    staging, target = Path(staging), Path(target)
-    os.chmod(staging, 0o777 & ~_UMASK)  # mkdtemp creates 0700
-    if not target.exists():
-        os.rename(staging, target)
-        return
-    for entry in target.iterdir():
-        if entry.name not in stale and not (staging / entry.name).exists():
-            os.rename(entry, staging / entry.name)
-    old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old"))
-    os.rename(target, old / target.name)
-    os.rename(staging, target)
-    shutil.rmtree(old)
 
 
 LOCK_FILE = ".slm_lm.lock"

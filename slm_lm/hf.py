@@ -16,6 +16,7 @@ N-best text with cased models).
 """
 import hashlib
 import json
+import pickle
 import re
 from pathlib import Path
 
@@ -268,6 +269,12 @@ def load_hf_scorer(kind: str, path, case: str = "as-is", **options):
     auto = AutoModelForCausalLM if kind == "hf-causal" else AutoModelForMaskedLM
     try:
         model = auto.from_pretrained(directory, local_files_only=True)
+    except pickle.UnpicklingError as e:  # a .bin of torch.save whose pickle torch's weights_only refuses
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        weights = next(Path(directory).glob("pytorch_model*.bin"), Path(directory))
+        raise InputError(f"{weights}: refused to unpickle objects other than tensors"
+                         f"{f' ({found.group(1)})' if found else ''} (torch.load weights_only); re-save the model "
+                         "with save_pretrained (safetensors)") from None
     except (OSError, ValueError, RuntimeError, EOFError, SafetensorError) as e:
         reason = " ".join(str(e).split())[:300]
         raise InputError(f"{directory}: cannot load a {kind} model (missing, truncated or garbled file?): "

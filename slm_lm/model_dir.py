@@ -254,21 +254,35 @@ def load_espnet_weights(model: LanguageModel, path: Path) -> None:
         raise InputError(f"{path}: weights do not match config.yaml's lm_conf: {e}") from None
 
 
+def read_espnet_config(path) -> dict:
+    """An ESPnet config.yaml as a mapping (a regular UTF-8 file of bounded size; no Python tags), whose
+    `lm_conf`, if any, is a mapping and whose `token_list`, if a list, holds strings; else InputError."""
+    import yaml
+
+    try:
+        config = yaml.safe_load(decode_utf8(path, read_small_file(path, "ESPnet config")))
+    except yaml.YAMLError as e:
+        raise InputError(f"{path}: cannot read the ESPnet config: {e}") from None
+    if not isinstance(config, dict):
+        raise InputError(f"{path}: not an ESPnet config (expected a YAML mapping)")
+    if not isinstance(config.get("lm_conf") or {}, dict):
+        raise InputError(f"{path}: lm_conf is {config['lm_conf']!r}, not a mapping of the LM's options")
+    tokens = config.get("token_list")
+    if isinstance(tokens, list):
+        bad = next((i for i, t in enumerate(tokens) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise InputError(f"{path}: token_list[{bad}] is {tokens[bad]!r}, not a string (quote it in the YAML)")
+    return config
+
+
 def load_espnet_experiment(exp_dir, checkpoint=None) -> tuple:
     """(model in eval mode, Tokenizer) from an ESPnet LM experiment trained with `--lm slm|clm|mlm|bilm|tta`.
 
     `checkpoint` is a .pth file name in `exp_dir` (or a path); by default the first of `ESPNET_CHECKPOINTS`.
     """
-    import yaml
-
     exp_dir = Path(exp_dir)
     config_path = exp_dir / ESPNET_CONFIG
-    try:
-        config = yaml.safe_load(decode_utf8(config_path, read_small_file(config_path, "ESPnet config")))
-    except yaml.YAMLError as e:
-        raise InputError(f"{config_path}: cannot read the ESPnet config: {e}") from None
-    if not isinstance(config, dict):
-        raise InputError(f"{config_path}: not an ESPnet config (expected a YAML mapping)")
+    config = read_espnet_config(config_path)
     kind = config.get("lm")
     if kind not in KINDS:
         raise InputError(f"{config_path}: lm is {kind!r}, not an slm_lm kind {KINDS}")

@@ -18,7 +18,7 @@ from slm_lm.outputs import check_no_overlap
 from slm_lm.rescore_report import check_cache, check_out_dir, check_set_names, install_outputs
 from slm_lm.score_cache import LocatedScorer, lm_scores
 from slm_lm.scored_set import ScoreColumn, ScoredSet, build_scored_set
-from slm_lm.weight_search import TuneResult, Weights, length_norm_grids, tune
+from slm_lm.weight_search import TuneResult, Weights, length_norm_grids, search_method, tune
 
 
 @dataclass
@@ -88,6 +88,10 @@ def rerank_mt(dev: list[NbestSet], test: list[NbestSet], scorers: list, out_dir:
     check_cache(out_dir, cache_dir, names)
     check_out_dir(out_dir, names)
     with exclusive_dir_lock(out_dir, "slm-rescore-mt"):
+        kinds, alpha_grids = length_norm_grids(length_norm, len(scorers), alpha_grid)
+        search_method([lambda_grid] * len(scorers), beta_grid, alpha_grids, search, max_grid_points)  # before scoring
+        for s in dev + test:
+            bleu.check_bootstrap(bootstrap_samples, len(s.hyps), s.name)
         where = {}
         for s in dev + test:
             for sent_id, hyps in s.hyps.items():
@@ -95,7 +99,6 @@ def rerank_mt(dev: list[NbestSet], test: list[NbestSet], scorers: list, out_dir:
                     where.setdefault(h.text, f"set {s.name}, sentence {sent_id}, rank {h.rank} ({h.where})")
         tables = [sc if isinstance(sc, ScoreColumn) else
                   lm_scores(LocatedScorer(sc, where), list(where), cache_dir, progress=progress) for sc in scorers]
-        kinds, alpha_grids = length_norm_grids(length_norm, len(scorers), alpha_grid)
         stats = lambda refs, hyps: bleu.hyp_stats(metric, refs, hyps)  # noqa: E731
         dev_m = [build_scored_set(s, tables, am_weights, kinds, stats) for s in dev]
         test_m = [build_scored_set(s, tables, am_weights, kinds, stats) for s in test]

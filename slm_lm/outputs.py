@@ -1,8 +1,12 @@
 """Where a command may write, the same rules for every command: an output never is, lies inside or contains
 an input (paths compared with links followed); an output file is not a directory nor under a file; an
 output directory (or a link to one, written through) receives the command's entries, replacing only those
-an earlier run of the same command wrote, all at once (`staged_outputs`): on any failure it is as it was.
+an earlier run of the same command wrote, all at once (`staged_outputs`): on any failure it is as it was,
+and a run killed at any moment leaves the earlier run's outputs or its own once the next run has called
+`finish_interrupted`.
 """
+import fcntl
+import json
 import os
 import shutil
 import tempfile
@@ -10,6 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from slm_lm.errors import InputError
+from slm_lm.fileio import write_atomic
+
+_JOURNAL_SUFFIX = ".swap"  # `.<command>.XXXX.swap/`: a run's new entries, the old ones it replaces, its plan
+_JOURNAL_LOCK = "lock"
+_PLAN = "plan.json"
 
 
 def check_no_overlap(option: str, out, inputs) -> None:
@@ -35,11 +44,14 @@ def _existing_ancestor(option: str, path: Path) -> Path:
 
 def check_output_file(option: str, path) -> Path:
     """The path to write an output file at (a link is written through: its target): InputError when `path`
-    is a directory, lies under a file, or its directory cannot be written."""
+    is a directory, a device, FIFO or socket, lies under a file, or its directory cannot be written."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{option} {path}: is a directory, not a file")
     target = path.resolve() if path.is_symlink() else path
+    if target.exists() and not target.is_file():
+        raise InputError(f"{option} {path}: not a regular file (a device, FIFO or socket); outputs are written to "
+                         "a temporary file renamed into place, which would replace it: name a file")
     parent = target.parent if target.parent.is_dir() else _existing_ancestor(option, target)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(f"{option} {path}: cannot write in {parent} (permission denied)")
@@ -63,36 +75,86 @@ def check_output_dir(option: str, out, names, own, command: str) -> None:
                                  f"this run would replace it; move it away or choose another {option}")
 
 
-def _install(staging: Path, out: Path, own, command: str) -> None:
-    """Move every entry of `staging` into `out`; the entries of an earlier run (`own`) are replaced, or
-    removed when this run has none of that name. Nothing else in `out` is moved or deleted. On any failure
-    every entry moved is moved back, so `out` is as it was."""
-    old = Path(tempfile.mkdtemp(dir=out, prefix=f".{command}.", suffix=".old"))
-    new_names = sorted(e.name for e in staging.iterdir())
-    moved_old, moved_new = [], []
+def _lock_journal(journal: Path):
+    """An open descriptor holding `journal`/lock (flock): a live run holds its journal until it is done."""
+    fd = os.open(journal / _JOURNAL_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        for name in sorted(set(own) | set(new_names)):
-            if name in own and os.path.lexists(out / name):
-                os.rename(out / name, old / name)
-                moved_old.append(name)
-        for name in new_names:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _roll_forward(journal: Path, out: Path, command: str) -> None:
+    """Finish the install that `journal`/plan.json records; each step can be repeated, so a run killed here
+    is finished by the next. The old entries go to `journal`/old, the new ones from `journal`/new into `out`."""
+    plan = json.loads((journal / _PLAN).read_text(encoding="utf-8"))
+    new, old = journal / "new", journal / "old"
+    for name in plan["old"]:  # not yet moved away, and not already replaced by the new entry
+        if (not os.path.lexists(old / name) and os.path.lexists(out / name)
+                and (name not in plan["new"] or os.path.lexists(new / name))):
+            os.rename(out / name, old / name)
+    for name in plan["new"]:
+        if os.path.lexists(new / name):
             if os.path.lexists(out / name):  # appeared since the check: never replace it
                 raise InputError(f"{out / name}: appeared while {command} was writing; not replaced")
-            os.rename(staging / name, out / name)
-            moved_new.append(name)
+            os.rename(new / name, out / name)
+    os.unlink(journal / _PLAN)  # done: what is left in the journal is the old run's, to delete
+
+
+def _roll_back(journal: Path, out: Path, plan: dict) -> None:
+    """Undo a failed install: the new entries back into `journal`/new, the old ones back into `out`."""
+    new, old = journal / "new", journal / "old"
+    for name in plan["new"]:
+        if not os.path.lexists(new / name) and os.path.lexists(out / name):
+            os.rename(out / name, new / name)
+    for name in plan["old"]:
+        if os.path.lexists(old / name):
+            os.rename(old / name, out / name)
+    os.unlink(journal / _PLAN)
+
+
+def finish_interrupted(out, command: str) -> None:
+    """Complete or undo what a run of `command` killed while writing into `out` left there, so that `out`
+    holds that run's outputs (its plan was written: every new entry was ready) or the earlier run's (it was
+    not), and no leftover. Journals a live run holds are left alone."""
+    out = Path(out)
+    if not out.is_dir():
+        return
+    for journal in sorted(out.glob(f".{command}.*{_JOURNAL_SUFFIX}")):
+        fd = _lock_journal(journal)
+        if fd is None:
+            continue
+        try:
+            if (journal / _PLAN).exists():
+                _roll_forward(journal, out, command)
+            shutil.rmtree(journal)
+        except OSError as err:
+            raise InputError(f"{journal}: cannot finish an interrupted run of {command} ({err}); its outputs "
+                             f"and the earlier run's are in {journal}") from None
+        finally:
+            os.close(fd)
+
+
+def _install(journal: Path, out: Path, own, command: str) -> None:
+    """Move the entries of `journal`/new into `out`, replacing those of an earlier run (`own`), or removing
+    them when this run has none of that name. Nothing else in `out` is moved or deleted. Once the plan is
+    written, a kill leaves what `finish_interrupted` completes; before, what it deletes. On any error every
+    entry moved is moved back, so `out` is as it was."""
+    plan = {"new": sorted(e.name for e in (journal / "new").iterdir()),
+            "old": sorted(name for name in own if os.path.lexists(out / name))}
+    (journal / "old").mkdir()
+    write_atomic(journal / _PLAN, json.dumps(plan))
+    try:
+        _roll_forward(journal, out, command)
     except BaseException:
-        for src, dst, names in ((out, staging, moved_new), (old, out, moved_old)):
-            for name in reversed(names):
-                try:
-                    os.rename(src / name, dst / name)
-                except OSError:
-                    pass
-        if any(old.iterdir()):
+        try:
+            _roll_back(journal, out, plan)
+        except OSError:
             raise InputError(f"{out}: replacing the earlier outputs failed and some could not be put back: "
-                             f"they are in {old}") from None
-        old.rmdir()
+                             f"they are in {journal}") from None
         raise
-    shutil.rmtree(old)
 
 
 @contextmanager
@@ -100,20 +162,25 @@ def staged_outputs(option: str, out, names, own, command: str):
     """Yield a temporary directory inside `out` to write the entries `names` into; when the block ends they
     replace those of an earlier run of `command` there (`own`), all at once. `out` is checked first
     (:func:`check_output_dir`); other entries of `out` are never moved or deleted; on any failure (an
-    OSError becomes InputError) `out` is as it was and a directory it created is removed."""
+    OSError becomes InputError) `out` is as it was and a directory it created is removed; a kill leaves
+    either run's outputs once the next run of `command` calls :func:`finish_interrupted`."""
     out = Path(out)
     check_output_dir(option, out, names, own, command)
     created = not out.exists()
-    staging = None
+    journal = fd = None
     try:
         out.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=out, prefix=f".{command}.", suffix=".tmp"))
-        yield staging
-        _install(staging, out, own, command)
+        journal = Path(tempfile.mkdtemp(dir=out, prefix=f".{command}.", suffix=_JOURNAL_SUFFIX))
+        fd = _lock_journal(journal)
+        (journal / "new").mkdir()
+        yield journal / "new"
+        _install(journal, out, own, command)
     except OSError as err:
         raise InputError(f"{option} {out}: cannot write the outputs ({err}); it is as it was") from None
     finally:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
+        if journal is not None and not (journal / _PLAN).exists():  # else a failed roll-back: kept, named
+            shutil.rmtree(journal, ignore_errors=True)
+        if fd is not None:
+            os.close(fd)
         if created and out.is_dir() and not any(out.iterdir()):
             out.rmdir()

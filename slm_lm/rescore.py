@@ -23,7 +23,7 @@ from slm_lm.rescore_report import (
 )
 from slm_lm.score_cache import LocatedScorer, lm_scores
 from slm_lm.scored_set import ScoreColumn, build_scored_set
-from slm_lm.weight_search import MAX_GRID_POINTS, TuneResult, length_norm_grids, parse_range, tune
+from slm_lm.weight_search import MAX_GRID_POINTS, TuneResult, length_norm_grids, parse_range, search_method, tune
 
 
 def rescore(
@@ -61,6 +61,8 @@ def rescore(
     with exclusive_dir_lock(out_dir, "slm-rescore"):  # one writer per output directory
         lambda_grid = lambda_grid if lambda_grid is not None else parse_range("0:5:0.1")
         beta_grid = beta_grid if beta_grid is not None else [0.0]
+        kinds, alpha_grids = length_norm_grids(length_norm, len(scorers), alpha_grid)
+        search_method([lambda_grid] * len(scorers), beta_grid, alpha_grids, search, max_grid_points)  # before scoring
         where = {}
         for s in dev + test:
             for uttid, hyps in s.hyps.items():
@@ -70,7 +72,6 @@ def rescore(
         tables = [sc if isinstance(sc, ScoreColumn) else
                   lm_scores(LocatedScorer(sc, where), texts, cache_dir, progress=progress) for sc in scorers]
         lm_names = [sc.name for sc in scorers]
-        kinds, alpha_grids = length_norm_grids(length_norm, len(scorers), alpha_grid)
         dev_m = [build_scored_set(s, tables, am_weights, kinds) for s in dev]
         test_m = [build_scored_set(s, tables, am_weights, kinds) for s in test]
         result = tune(dev_m, [lambda_grid] * len(scorers), beta_grid, alpha_grids, search, max_grid_points)

@@ -13,7 +13,7 @@ import numpy as np
 
 from slm_lm.errors import InputError
 from slm_lm.fileio import save_png, write_atomic
-from slm_lm.outputs import check_output_dir, staged_outputs
+from slm_lm.outputs import check_output_dir, finish_interrupted, staged_outputs
 from slm_lm.scored_set import ScoredSet
 from slm_lm.weight_search import DEFAULT_ALPHA_GRID, TuneResult, Weights, grid_errors
 from slm_lm.wer import wer_percent
@@ -193,10 +193,13 @@ def check_set_names(names: list[str]) -> None:
 
 def check_cache(out_dir: str | Path, cache_dir: str | Path | None, set_names=()) -> None:
     """InputError unless the score cache ``cache_dir`` (read and written in place) is outside ``out_dir``,
-    or inside it where no output of this run goes (e.g. the default OUT/lm_cache)."""
+    or inside it where no output of this run goes (e.g. the default OUT/lm_cache), and a directory that can
+    be written (not a file nor under one)."""
     if cache_dir is None:
         return
     out, cache = Path(out_dir).resolve(), Path(cache_dir).resolve()
+    if out not in cache.parents:  # one inside --out (the default OUT/lm_cache): --out's check names the problem
+        check_output_dir("--cache", cache_dir, (), (), "slm-rescore")
     if cache == out or cache in out.parents:
         raise InputError(f"--cache {cache_dir}: --out {out_dir} is the cache or inside it; choose another "
                          "output directory")
@@ -221,8 +224,9 @@ def _previous_outputs(out_dir: Path) -> set[str] | None:
 def check_out_dir(out_dir: str | Path, set_names) -> set[str]:
     """The entries of ``out_dir`` an earlier slm-rescore run wrote (this run may replace them); InputError
     where :func:`slm_lm.outputs.check_output_dir` refuses ``out_dir`` or it holds a tuning.json that is not
-    slm-rescore's."""
+    slm-rescore's. What a killed run left there is finished or undone first."""
     out = Path(out_dir)
+    finish_interrupted(out, "slm-rescore")
     own = (_previous_outputs(out) if out.is_dir() else None) or set()
     if not own and os.path.lexists(out / "tuning.json"):
         raise InputError(f"{out / 'tuning.json'}: not a tuning.json of slm-rescore, and this run would replace "

@@ -115,6 +115,7 @@ def word_error_loss(pooled: np.ndarray) -> int:
 
 SEARCHES = ("auto", "grid", "coordinate")
 MAX_GRID_POINTS = 50_000
+MAX_SEARCH_POINTS = 1_000_000  # points a search may evaluate and record (a full grid: ~0.7 GB per million)
 
 
 def _order(weights: Weights, errors: int):
@@ -171,6 +172,30 @@ def _coordinate_descent(sets, lambda_grids, beta_grid, alpha_grids, loss) -> tup
     return points, {"sweeps": sweeps, "start": asdict(start)}
 
 
+def search_method(lambda_grids, beta_grid, alpha_grids, search: str = "auto",
+                  max_grid_points: int = MAX_GRID_POINTS) -> tuple[str, int]:
+    """The search :func:`tune` runs (grid or coordinate) and the grid's size; InputError for an unknown
+    search, or one that would evaluate more than MAX_SEARCH_POINTS points: the whole grid, or (coordinate
+    descent) one sweep over every LM's lambdas (times its alphas) and the betas. Callers check it before
+    scoring."""
+    if search not in SEARCHES:
+        raise InputError(f"--search: unknown search {search!r} (want one of {', '.join(SEARCHES)})")
+    n_points = math.prod(len(g) for g in lambda_grids + (alpha_grids or [])) * len(beta_grid)
+    method = search if search != "auto" else ("grid" if n_points <= max_grid_points else "coordinate")
+    shape = " x ".join(f"{len(g):,}" for g in lambda_grids + (alpha_grids or []) + [beta_grid])
+    if method == "grid" and n_points > MAX_SEARCH_POINTS:
+        raise InputError(f"--search grid: {n_points:,} grid points ({shape} values of lambda per LM"
+                         f"{', alpha per LM' if alpha_grids else ''} and beta), above the ceiling of "
+                         f"{MAX_SEARCH_POINTS:,}; use coarser ranges or --search coordinate")
+    sweep = sum(len(g) * (len(alpha_grids[j]) if alpha_grids else 1) for j, g in enumerate(lambda_grids))
+    sweep += len(beta_grid)
+    if method == "coordinate" and sweep > MAX_SEARCH_POINTS:
+        raise InputError(f"--search coordinate: {sweep:,} points per sweep (each LM's lambdas"
+                         f"{' times its alphas' if alpha_grids else ''}, and the betas), above the ceiling of "
+                         f"{MAX_SEARCH_POINTS:,}; use coarser ranges")
+    return method, n_points
+
+
 def tune(
     dev_sets: list[ScoredSet],
     lambda_grids: list[list[float]],
@@ -198,10 +223,7 @@ def tune(
         raise InputError(f"need one lambda grid per LM ({n_lms}), got {len(lambda_grids)}")
     if alpha_grids is not None and len(alpha_grids) != n_lms:
         raise InputError(f"need one alpha grid per LM ({n_lms}), got {len(alpha_grids)}")
-    if search not in SEARCHES:
-        raise InputError(f"--search: unknown search {search!r} (want one of {', '.join(SEARCHES)})")
-    n_points = math.prod(len(g) for g in lambda_grids + (alpha_grids or [])) * len(beta_grid)
-    method = search if search != "auto" else ("grid" if n_points <= max_grid_points else "coordinate")
+    method, n_points = search_method(lambda_grids, beta_grid, alpha_grids, search, max_grid_points)
     ref_words = int(sum(s.ref_words.sum() for s in dev_sets))
     metric = loss or word_error_loss
     if method == "grid":

@@ -669,14 +669,15 @@ def decoded_set(tmp_path):
     return ["--decode-dir", tmp_path / "decode", "--data", tmp_path / "data", "--sets", "dev_clean", "--nbest", "1"]
 
 
-@pytest.mark.parametrize("out,needle", [("data/dev_clean/text", "would replace or sit inside the input"),
-                                        ("decode/dev_clean/RESULTS.md", "would replace or sit inside the input"),
-                                        ("data", "is a directory, not a file")])
+@pytest.mark.parametrize("out,needle", [("data/dev_clean/text", "is the input"),
+                                        ("decode/dev_clean/RESULTS.md", "is inside the input"),
+                                        ("data", "is a directory, not a file"),
+                                        ("data/dev_clean/text/x", "cannot write: {data}/dev_clean/text is a file")])
 def test_make_results_refuses_an_out_that_replaces_an_input(tmp_path, out, needle):
     argv = decoded_set(tmp_path)
     before = snapshot(tmp_path)
     result = run(sys.executable, RECIPE_LOCAL / "make_results.py", *argv, "--out", tmp_path / out, cwd=RECIPE_LOCAL)
-    expect_error(result, "make_results.py", f"--out {tmp_path / out}: {needle}")
+    expect_error(result, "make_results.py", f"--out {tmp_path / out}: {needle.format(data=tmp_path / 'data')}")
     assert snapshot(tmp_path) == before
 
 

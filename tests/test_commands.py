@@ -381,3 +381,183 @@ def test_a_fifo_or_dev_zero_as_a_model_file_is_one_line(model, tmp_path, name, k
     (tmp_path / "in.txt").write_text(TEXT)
     result = cli("score", "--model", directory, "--input", tmp_path / "in.txt")  # a hang: killed after 600 s
     expect_error(result, "slm-score", f"{directory / name}: not a regular file")
+
+
+# Memory is bounded by a ceiling on the work, named in the message, before any scoring
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--search", "grid", "--lambda-range", "0:5:0.001"],  # 2 LMs x 5,001 values: a MemoryError at 4 GB
+     "--search grid: 25,010,001 grid points (5,001 x 5,001 x 1 values of lambda per LM and beta), above the "
+     "ceiling of 1,000,000; use coarser ranges or --search coordinate"),
+    (["--lambda-range", "0:5:0.0001", "--length-norm", "gnmt", "--ln-alpha-range", "0:1:0.0001"],
+     "--search coordinate: 1,000,120,003 points per sweep (each LM's lambdas times its alphas, and the betas), "
+     "above the ceiling of 1,000,000; use coarser ranges"),
+])
+def test_rescore_refuses_a_search_beyond_its_ceiling(sets, tmp_path, capsys, extra, needle):
+    from slm_lm.bin import rescore
+
+    with pytest.raises(SystemExit) as exit_info:
+        rescore.main(["--dev", str(sets[0]), "--lm", "score:lm", "--lm", "score:ctc", "--out", str(tmp_path / "out"),
+                      "--no-progress", *extra])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"slm-rescore: error: {needle}\n"
+
+
+def test_rescore_mt_refuses_more_bootstrap_draws_than_its_ceiling(tmp_path, capsys):
+    from slm_lm.bin import rescore_mt
+
+    refs = [f"sentence number {i} ." for i in range(25)]
+    (tmp_path / "dev.nbest").write_text("".join(f"{i} ||| {r} ||| MT= -1 ||| -1\n" for i, r in enumerate(refs)))
+    (tmp_path / "ref.txt").write_text("".join(r + "\n" for r in refs))
+    with pytest.raises(SystemExit) as exit_info:
+        rescore_mt.main(["--dev", str(tmp_path / "dev.nbest"), "--dev-ref", str(tmp_path / "ref.txt"), "--lm",
+                         "score:MT", "--bootstrap-samples", "1000000", "--out", str(tmp_path / "out"), "--no-progress"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        "slm-rescore-mt: error: --bootstrap-samples 1,000,000: 1,000,000 resamples of the 25 sentences of set dev "
+        "are 25,000,000 draws, above the ceiling of 20,000,000 (sacrebleu holds them all in memory); give fewer "
+        "resamples\n")
+
+
+# One line, not a traceback
+
+@pytest.mark.parametrize("cache,needle", [
+    ("file", "--cache {c}: is a file, not a directory"),
+    ("file/sub", "--cache {c}: cannot write: {t}/file is a file, not a directory"),
+])
+def test_rescore_cache_that_is_a_file_is_one_line(sets, tmp_path, capsys, cache, needle):
+    from slm_lm.bin import rescore
+
+    (tmp_path / "file").write_text("mine\n")
+    with pytest.raises(SystemExit) as exit_info:
+        rescore.main(["--dev", str(sets[0]), "--lm", "score:lm", "--out", str(tmp_path / "out"), "--no-progress",
+                      "--cache", str(tmp_path / cache)])
+    assert exit_info.value.code == 2
+    expected = needle.format(c=tmp_path / cache, t=tmp_path)
+    assert capsys.readouterr().err == f"slm-rescore: error: {expected}\n"
+    assert (tmp_path / "file").read_text() == "mine\n"
+
+
+def test_compare_wer_references_without_words_are_one_line(tmp_path, capsys):
+    from slm_lm.bin import compare_wer
+
+    (tmp_path / "ref.txt").write_text("u1\nu2 \n")
+    with pytest.raises(SystemExit) as exit_info:
+        compare_wer.main(["--ref", str(tmp_path / "ref.txt"), "--hyp", f"a={tmp_path / 'ref.txt'}",
+                          "--hyp", f"b={tmp_path / 'ref.txt'}"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (f"slm-compare-wer: error: {tmp_path / 'ref.txt'}: the references have no "
+                                       "words (2 utterances): no WER to compare\n")
+
+
+@pytest.mark.parametrize("blimp,tuning,name,needle", [
+    ('{"pairs": 1}', None, "x", "{b}: not a slm-blimp output: KeyError 'overall' reading it"),
+    ('[]', None, "x", "{b}: expected a JSON object, got list"),
+    (None, '{"sets": {"a": 1}, "best": {}}', "x", "{r}: not a slm-rescore output: TypeError string indices must be "
+                                                  "integers, not 'str' reading it"),
+    (None, '{"sets": [{"role": "dev"}], "best": {}}', "x",
+     "{r}: not a slm-rescore output: IndexError list index out of range reading it"),
+    (None, None, "../escape", "--name '../escape': want a model name (letters, digits, '.', '_', '-')"),
+])
+def test_model_card_make_inputs_of_another_shape_are_one_line(tmp_path, capsys, blimp, tuning, name, needle):
+    from slm_lm.bin import model_card
+
+    good_blimp = '{"pairs": 2, "overall": 50.0, "phenomena": {}}'
+    good_tuning = ('{"sets": [{"role": "dev", "name": "dev_other"}, {"role": "test", "name": "t", "wer_am": 1, '
+                   '"wer_rescored": 1, "wer_file": 1, "wer_oracle": 1}], "best": {"lambdas": [0.5]}}')
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "training.json").write_text("{}")
+    (tmp_path / "bl").mkdir()
+    (tmp_path / "bl" / "blimp_results.json").write_text(blimp or good_blimp)
+    (tmp_path / "rs").mkdir()
+    (tmp_path / "rs" / "tuning.json").write_text(tuning or good_tuning)
+    with pytest.raises(SystemExit) as exit_info:
+        model_card.main(["make", "--model", str(tmp_path / "model"), "--name", name, "--blimp", str(tmp_path / "bl"),
+                         "--rescore", str(tmp_path / "rs"), "--command", "c"])
+    assert exit_info.value.code == 2
+    expected = needle.format(b=tmp_path / "bl" / "blimp_results.json", r=tmp_path / "rs" / "tuning.json")
+    assert capsys.readouterr().err == f"slm-model-card: error: {expected}\n"
+
+
+@pytest.mark.parametrize("command", ["pairwise_preference", "score"])
+def test_an_output_that_is_a_fifo_is_refused_not_replaced(sets, tmp_path, capsys, command):
+    """A device or FIFO named as an output file stays what it is (it was replaced by a regular file)."""
+    from slm_lm.bin import pairwise_preference, score
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "in.txt").write_text("AND GOD SAW THE LIGHT\n")
+    argv = {"pairwise_preference": ["--set", str(sets[0]), "--lm", "score:lm", "--nbest", "2", "--out", str(fifo)],
+            "score": ["--model", "slm-books", "--input", str(tmp_path / "in.txt"), "--output", str(fifo)]}[command]
+    with pytest.raises(SystemExit) as exit_info:
+        {"pairwise_preference": pairwise_preference, "score": score}[command].main(argv)
+    assert exit_info.value.code == 2
+    option = "--out" if command == "pairwise_preference" else "--output"
+    assert capsys.readouterr().err.endswith(f"error: {option} {fifo}: not a regular file (a device, FIFO or socket); "
+                                            "outputs are written to a temporary file renamed into place, which "
+                                            "would replace it: name a file\n")
+    assert fifo.is_fifo()
+
+
+def test_model_card_make_replaces_only_an_earlier_card(tmp_path, monkeypatch, capsys):
+    """slm-model-card make writes the shipped directory by the shared output rules: an earlier card of the
+    name is replaced, a file of yours beside it kept, a directory of yours of that name (no card.json) refused."""
+    from slm_lm import pretrained
+    from slm_lm.bin import model_card
+
+    monkeypatch.setattr(pretrained, "ROOT", tmp_path / "pretrained")
+    (tmp_path / "pretrained").mkdir()
+    monkeypatch.setattr(model_card, "check_figures", lambda spec, lam, data=None: {"lambda": lam})
+    shutil.copytree(ROOT / "slm_lm" / "pretrained" / "slm-books", tmp_path / "model")
+    training = json.loads((tmp_path / "model" / "training.json").read_text())
+    (tmp_path / "model" / "training.json").write_text(json.dumps({**training, "init": None}))
+    (tmp_path / "bl").mkdir()
+    (tmp_path / "bl" / "blimp_results.json").write_text('{"pairs": 2, "overall": 50.0, "phenomena": {}}')
+    (tmp_path / "rs").mkdir()
+    (tmp_path / "rs" / "tuning.json").write_text(
+        '{"sets": [{"role": "dev", "name": "dev_other"}, {"role": "test", "name": "t", "wer_am": 1, '
+        '"wer_rescored": 1, "wer_file": 1, "wer_oracle": 1}], "best": {"lambdas": [0.5]}}')
+    argv = ["make", "--model", str(tmp_path / "model"), "--blimp", str(tmp_path / "bl"), "--rescore",
+            str(tmp_path / "rs"), "--command", "c", "--name"]
+    model_card.main(argv + ["mine"])
+    dest = tmp_path / "pretrained" / "mine"
+    (dest / "notes.txt").write_text("mine\n")
+    model_card.main(argv + ["mine"])
+    assert sorted(p.name for p in dest.iterdir()) == sorted([*model_card.MODEL_FILES, "card.json", "README.md",
+                                                             "notes.txt"])
+    (dest / "card.json").unlink()  # now a directory of yours
+    with pytest.raises(SystemExit):
+        model_card.main(argv + ["mine"])
+    assert capsys.readouterr().err.startswith(f"slm-model-card: error: {dest / 'model.safetensors'}: not written "
+                                              "by slm-model-card")
+    assert (dest / "notes.txt").read_text() == "mine\n"
+
+
+def test_average_models_killed_while_writing_leaves_no_temporary_directory(two_models, tmp_path):
+    """SIGKILL while the average is moved into OUT leaves a journal (.slm-average-models.*.swap); the next run
+    finishes it or deletes it first: OUT then holds the averaged model and nothing else."""
+    import signal
+
+    from slm_lm.bin import average_models
+
+    out = tmp_path / "avg"
+    pid = os.fork()
+    if pid == 0:
+        try:
+            rename = os.rename
+
+            def killed_rename(src, dst):  # the third move into OUT: part of the model is in place
+                killed_rename.count = getattr(killed_rename, "count", 0) + 1
+                if killed_rename.count == 3:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                rename(src, dst)
+
+            os.rename = killed_rename
+            average_models.average_models([two_models[0], two_models[1]], out)
+        finally:
+            os._exit(0)
+    assert os.WIFSIGNALED(os.waitpid(pid, 0)[1])
+    assert any(p.name.startswith(".slm-average-models.") for p in out.iterdir())
+    average_models.average_models([two_models[0], two_models[1]], out)
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["model.safetensors", "config.json", "training.json", "bpe.model", "tokens.txt"])

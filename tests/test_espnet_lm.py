@@ -177,8 +177,28 @@ def test_stock_lm_task_adds_mask_to_an_asr_sh_token_list_as_our_task_does(tmp_pa
         assert {k: v.shape for k, v in SlmLMTask.build_model(ours).state_dict().items()} == \
             {k: v.shape for k, v in model.state_dict().items()} and ours.token_list == with_mask
     assert LMTask.build_model(stock_args(with_mask, kind, mask_id=4)).lm.model.config.mask_id == 4
-    with pytest.raises(InputError, match=f"--lm {kind}: lm_conf mask_id 2 is '\u2581A' in the token list, not <mask>"):
-        LMTask.build_model(stock_args(str(tokens), kind, mask_id=2))
+    with pytest.raises(SystemExit, match=f"--lm {kind}: lm_conf mask_id 2 is '\u2581A' in the token list, not <mask>"):
+        LMTask.build_model(stock_args(str(tokens), kind, mask_id=2))  # stock lm_train: one line, exit 2
+
+
+@pytest.mark.parametrize("lm_conf,needle", [
+    ({"mask_id": 2}, "command line: --lm slm: lm_conf mask_id 2 is '\u2581A' in the token list, not <mask>"),
+    ({"n_layer": 2}, "command line: lm_conf: unknown key(s) ['n_layer']; allowed: ['d_ff', "),
+])
+def test_stock_lm_train_with_a_bad_lm_conf_is_one_line(tmp_path, capsys, monkeypatch, lm_conf, needle):
+    """Stock ESPnet's lm_train (which catches nothing) with a bad lm_conf: one line, exit 2, no traceback."""
+    from espnet2.tasks.lm import LMTask
+
+    from slm_lm.espnet_lm.registry import register_kinds
+
+    register_kinds()
+    monkeypatch.setattr(sys, "argv", ["/x/espnet2/bin/lm_train.py"])
+    (tmp_path / "tokens.txt").write_text(ASR_SH_TOKENS)
+    with pytest.raises(SystemExit) as exit_info:
+        LMTask.build_model(stock_args(str(tmp_path / "tokens.txt"), "slm", **lm_conf))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err  # (ESPnet's import may print its own warnings first)
+    assert err.splitlines()[-1].startswith(f"lm_train.py: error: {needle}") and "Traceback" not in err
 
 
 def test_stock_lm_task_builds_other_kinds_and_our_task_adds_the_mask(tmp_path):
@@ -488,6 +508,54 @@ def test_cli_reports_input_error_in_one_line(data, tmp_path):
         main(args)
     assert info.value.code == 2 and str(info.value).startswith("slm-lm-train: error: "), info.value
     assert "missing_tokens.txt" in str(info.value)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ('lm: slm\nfoo: !!python/object/apply:os.system ["true"]\n',
+     "py.yaml:2: could not determine a constructor for the tag 'tag:yaml.org,2002:python/object/apply:os.system'"),
+    ("lm: slm\nfoo: [1, 2\n", "py.yaml:3: expected ',' or ']', but got '<stream end>'"),
+])
+def test_a_config_yaml_cannot_load_is_one_line(data, tmp_path, capsys, text, needle):
+    from slm_lm.bin.lm_train import main
+
+    (tmp_path / "py.yaml").write_text(text)
+    with pytest.raises(SystemExit) as info:
+        main(train_args(data, tmp_path / "x", config=tmp_path / "py.yaml"))
+    assert info.value.code == 2 and str(info.value).startswith(f"slm-lm-train: error: {tmp_path / needle}")
+    assert "\n" not in str(info.value) and capsys.readouterr().err.endswith(str(info.value) + "\n")
+
+
+@pytest.mark.parametrize("text,needle", [
+    (b"lm: clm\nmodel: slm_lm\n# \xff\n", "c.yaml:3: not UTF-8 text (invalid start byte at byte 3 of the line)"),
+    (b"lm: clm\nmodel: slm_lm\nlm_conf: 5\n", "c.yaml: lm_conf is 5, not a mapping of the LM's options"),
+    (b"lm: clm\nmodel: slm_lm\ntoken_list: [a, 5, b]\n",
+     "c.yaml: token_list[1] is 5, not a string (quote it in the YAML)"),
+    (b"- lm\n", "c.yaml: not an ESPnet config (expected a YAML mapping)"),
+])
+def test_espnet_lm_configs_asr_inference_and_lm_calc_perplexity_cannot_use_are_one_line(tmp_path, text, needle):
+    from slm_lm.bin.asr_inference import check_fusion_lm
+    from slm_lm.bin.lm_calc_perplexity import check_train_config
+
+    (tmp_path / "c.yaml").write_bytes(text)
+    for check in (lambda: check_train_config(tmp_path / "c.yaml"), lambda: check_fusion_lm(tmp_path / "c.yaml", None)):
+        with pytest.raises(InputError) as info:
+            check()
+        assert str(info.value) == f"{tmp_path / needle}"
+
+
+@pytest.mark.parametrize("where,needle", [("tokens", "contains the input"), ("file", "is a file, not a directory")])
+def test_slm_lm_train_output_dir_follows_the_output_rules(data, tmp_path, where, needle):
+    from slm_lm.bin.lm_train import main
+
+    args = train_args(data, tmp_path / "x")
+    token_list = Path(args[args.index("--token_list") + 1])
+    (tmp_path / "file").write_text("mine\n")
+    out = token_list.parent if where == "tokens" else tmp_path / "file"
+    args[args.index("--output_dir") + 1] = str(out)
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2 and str(info.value).startswith(f"slm-lm-train: error: --output_dir {out}: {needle}")
+    assert (tmp_path / "file").read_text() == "mine\n"
 
 
 def test_espnet_experiment_errors(data, tmp_path):

@@ -255,3 +255,30 @@ def test_the_cache_key_covers_the_whole_hf_config(dirs, tmp_path):
     changed = load_hf_scorer("hf-masked", edited)
     assert changed.name != original.name
     assert changed.score(SENTENCES[:1]) != pytest.approx(original.score(SENTENCES[:1]), abs=1e-6)
+
+
+class _Printer:
+    def __reduce__(self):
+        return (print, ("code ran",))
+
+
+def test_a_refused_pickle_in_an_hf_bin_is_one_line(tmp_path, capsys):
+    """A pytorch_model.bin holding a non-tensor object: torch's weights_only refusal, one line naming the file."""
+    from safetensors.torch import load_file
+
+    from slm_lm.bin import score
+
+    directory = make_bert_dir(tmp_path / "bert")
+    weights = load_file(str(directory / "model.safetensors"))
+    (directory / "model.safetensors").unlink()
+    torch.save({"x": _Printer(), **weights}, directory / "pytorch_model.bin")
+    (tmp_path / "in.txt").write_text("the cat\n")
+    with pytest.raises(SystemExit) as exit_info:
+        score.main(["--model", f"hf-masked:{directory}", "--input", str(tmp_path / "in.txt"),
+                    "--output", str(tmp_path / "out.tsv")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr()
+    assert err.err.splitlines()[-1] == (f"slm-score: error: {directory / 'pytorch_model.bin'}: refused to unpickle "
+                                        "objects other than tensors (print) (torch.load weights_only); re-save the "
+                                        "model with save_pretrained (safetensors)")
+    assert "code ran" not in err.out + err.err and not (tmp_path / "out.tsv").exists()

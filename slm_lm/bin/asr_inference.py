@@ -9,22 +9,8 @@ Example:
         --lm_file exp/lm_clm/valid.loss.ave.pth --lm_weight 0.3 --nbest 10 \
         --data_path_and_name_and_type data/test/wav.scp,speech,sound --output_dir exp/decode/test
 """
-from pathlib import Path
-
-import yaml
-
 from slm_lm.errors import InputError, fail
-
-
-def read_config(path) -> dict:
-    """An ESPnet config.yaml as a mapping."""
-    try:
-        config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        raise InputError(f"{path}: cannot read the ESPnet config: {e}") from None
-    if not isinstance(config, dict):
-        raise InputError(f"{path}: not an ESPnet config (expected a YAML mapping)")
-    return config
+from slm_lm.model_dir import read_espnet_config as read_config
 
 
 def check_fusion_lm(lm_train_config, asr_train_config) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import read_json
 from slm_lm.options import Parser
-from slm_lm.outputs import check_no_overlap, check_output_dir, staged_outputs
+from slm_lm.outputs import check_no_overlap, check_output_dir, finish_interrupted, staged_outputs
 
 COMMAND = "slm-average-models"
 
@@ -41,6 +41,7 @@ def average_models(models: list, out) -> dict:
     models, out = [Path(m) for m in models], Path(out)
     check_no_overlap("--out", out, models)
     names = (model_dir.SAFETENSORS_FILE, model_dir.CONFIG_FILE, model_dir.TRAINING_FILE, *model_dir.TOKENIZER_FILES)
+    finish_interrupted(out, COMMAND)
     own = _earlier_average(out, names)
     check_output_dir("--out", out, names, own, COMMAND)  # before the models are read
     model, tokenizer, options = model_dir.load_pretrained(models[0])

@@ -36,6 +36,8 @@ def compare(ref_path: str, systems: list[tuple[str, str]], samples: int, seed: i
     refs = {u: norm(t) for u, t in read_refs(ref_path).items()}
     uttids = sorted(refs)
     ref_words = [len(refs[u].split()) for u in uttids]
+    if not sum(ref_words):
+        raise InputError(f"{ref_path}: the references have no words ({len(uttids)} utterances): no WER to compare")
     errors = []
     for name, path in systems:
         hyps = {u: norm(t) for u, t in read_text(path).items()}

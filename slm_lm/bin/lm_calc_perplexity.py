@@ -6,21 +6,16 @@ and tta; for mlm from the pseudo-log-likelihood. Example:
         --model_file exp/lm_slm/valid.loss.ave.pth --data_path_and_name_and_type data/dev/text,text,text \
         --output_dir exp/lm_slm/perplexity_dev      # writes ppl, base, utt2ppl, utt2ntokens
 """
-from pathlib import Path
-
-import yaml
-
 from slm_lm.config import KINDS
 from slm_lm.errors import InputError, fail
+from slm_lm.model_dir import read_espnet_config
 
 
 def check_train_config(path) -> None:
-    """An slm_lm experiment must say `model: slm_lm` (the model whose `nll` scores its kind)."""
-    try:
-        config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        raise InputError(f"{path}: cannot read the ESPnet config: {e}") from None
-    if isinstance(config, dict) and config.get("lm") in KINDS and config.get("model") != "slm_lm":
+    """A readable ESPnet config (`read_espnet_config`); an slm_lm experiment must say `model: slm_lm` (the
+    model whose `nll` scores its kind)."""
+    config = read_espnet_config(path)
+    if config.get("lm") in KINDS and config.get("model") != "slm_lm":
         raise InputError(f"{path}: an slm_lm {config['lm']} LM with model {config.get('model')!r} (trained before "
                          "slm_lm registered its own model): set 'model: slm_lm' in this file")
 

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from slm_lm.errors import InputError, fail
-from slm_lm.outputs import check_no_overlap, check_output_dir, staged_outputs
+from slm_lm.outputs import check_no_overlap, check_output_dir, finish_interrupted, staged_outputs
 from slm_lm.rescore import rescore
 from slm_lm.rescore_inputs import (
     comma_list,
@@ -75,6 +75,7 @@ def main(argv=None) -> None:
         out = Path(args.out)
         refs = [r for r in comma_list(args.dev_ref) if r != "-"]
         check_no_overlap("--out", out, [s.source for s in sets] + refs + [p for p in specs if Path(p).exists()])
+        finish_interrupted(out, COMMAND)
         own = _earlier_table(out)
         check_output_dir("--out", out, [TABLE_FILE], own, COMMAND)
         lms = load_lms(specs, **scorer_options(args))

@@ -9,7 +9,9 @@ it ESPnet falls back to DataParallel); multi-node jobs go through ESPnet's launc
         --valid_shape_file dump/dev/text_shape --output_dir exp/lm_slm
 """
 
-from slm_lm.errors import InputError, fail
+import yaml
+
+from slm_lm.errors import InputError, fail, yaml_problem
 
 
 def get_parser():
@@ -27,6 +29,8 @@ def main(argv=None):
         SlmLMTask.main(cmd=argv)
     except InputError as e:
         fail("slm-lm-train", e)
+    except yaml.YAMLError as e:  # --config: a Python tag, a syntax error
+        fail("slm-lm-train", f"{yaml_problem(e)} (a config ESPnet reads with yaml.safe_load)")
 
 
 if __name__ == "__main__":

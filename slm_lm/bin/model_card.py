@@ -17,16 +17,17 @@ card's checks.
 """
 import argparse
 import json
+import re
 import shutil
-import tempfile
 from pathlib import Path
 
 from slm_lm import datasets, model_dir, pretrained
 from slm_lm.blimp import load_blimp, score_blimp
 from slm_lm.errors import InputError, fail
-from slm_lm.fileio import read_json, replace_dir, write_atomic
+from slm_lm.fileio import read_json, write_atomic
 from slm_lm.nbest import NbestSet, load_nbest
 from slm_lm.options import Parser, number
+from slm_lm.outputs import check_no_overlap, check_output_dir, finish_interrupted, staged_outputs
 from slm_lm.rescore_report import set_report
 from slm_lm.score_cache import lm_scores
 from slm_lm.scored_set import build_scored_set
@@ -34,6 +35,7 @@ from slm_lm.scorer import load_scorer
 from slm_lm.weight_search import Weights
 
 CARD_FILE = "card.json"  # the card's figures; README.md is the card
+COMMAND = "slm-model-card"
 MODEL_FILES = (model_dir.SAFETENSORS_FILE, model_dir.CONFIG_FILE, *model_dir.TOKENIZER_FILES, model_dir.TRAINING_FILE)
 AM_WEIGHTS = {"decoder": 0.6, "ctc": 0.4}
 CHECK_BLIMP_PAIRS, CHECK_UTTS = 10, 200
@@ -131,20 +133,43 @@ def card_markdown(name: str, card: dict) -> str:
     return "\n".join(lines)
 
 
+def _fields(path: Path, what: str, take):
+    """`take` applied to the JSON object in `path`; InputError naming `path` when it lacks what `take` reads
+    (`what` wrote it)."""
+    data = read_json(path)
+    try:
+        return take(data)
+    except (KeyError, IndexError, TypeError, AttributeError) as e:
+        raise InputError(f"{path}: not a {what} output: {type(e).__name__} {e} reading it") from None
+
+
+def _rescoring(tuning: dict) -> dict:
+    """The card's entry for one slm-rescore run (its tuning.json): its dev and test sets and figures."""
+    dev = [s for s in tuning["sets"] if s["role"] == "dev"][0]
+    test = [s for s in tuning["sets"] if s["role"] == "test"][0]
+    return {"dev": dev["name"], "test": test["name"], "lambda": tuning["best"]["lambdas"][0],
+            **{k: test[k] for k in ("wer_am", "wer_rescored", "wer_file", "wer_oracle")}}
+
+
 def make(args) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.name):
+        raise InputError(f"--name {args.name!r}: want a model name (letters, digits, '.', '_', '-')")
     model, dest = Path(args.model), pretrained.ROOT / args.name
+    names = (*MODEL_FILES, CARD_FILE, "README.md")
+    check_no_overlap("--name", dest, [model, args.blimp, *args.rescore])
+    finish_interrupted(dest, COMMAND)
+    own = names if (dest / CARD_FILE).is_file() else ()  # an earlier card of this name: replaced
+    check_output_dir("--name", dest, names, own, COMMAND)  # before the check figures are measured
     training = read_json(model / model_dir.TRAINING_FILE)
-    blimp = read_json(Path(args.blimp) / "blimp_results.json")
-    rescoring = []
-    for run in args.rescore:
-        tuning = read_json(Path(run) / "tuning.json")
-        dev = [s for s in tuning["sets"] if s["role"] == "dev"][0]
-        test = [s for s in tuning["sets"] if s["role"] == "test"][0]
-        rescoring.append({"dev": dev["name"], "test": test["name"], "lambda": tuning["best"]["lambdas"][0],
-                          "wer_am": test["wer_am"], "wer_rescored": test["wer_rescored"],
-                          "wer_file": test["wer_file"], "wer_oracle": test["wer_oracle"]})
-    lam = next(r["lambda"] for r in rescoring if r["dev"] == "dev_other")
-    cfg = read_json(model / model_dir.CONFIG_FILE)["model"]
+    blimp = _fields(Path(args.blimp) / "blimp_results.json", "slm-blimp",
+                    lambda b: {k: b[k] for k in ("pairs", "overall", "phenomena")})
+    rescoring = [_fields(Path(run) / "tuning.json", "slm-rescore", _rescoring) for run in args.rescore]
+    lam = next((r["lambda"] for r in rescoring if r["dev"] == "dev_other"), None)
+    if lam is None:
+        raise InputError(f"--rescore: no run tuned on dev_other among {', '.join(args.rescore)} (the card's "
+                         "check uses its lambda)")
+    cfg = _fields(model / model_dir.CONFIG_FILE, "slm-pretrain", lambda c: {
+        k: c["model"][k] for k in ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "max_positions")})
     card = {
         "name": args.name,
         "shape": f"{cfg['n_layers']} layers, d {cfg['d_model']}, {cfg['n_heads']} heads, FFN {cfg['d_ff']}, "
@@ -154,19 +179,17 @@ def make(args) -> None:
         "command": args.command,
         "training": training,
         "started_from": started_from(training),
-        "blimp": {k: blimp[k] for k in ("pairs", "overall", "phenomena")},
+        "blimp": blimp,
         "rescoring": rescoring,
         "check": check_figures(str(model), lam, args.dir),
     }
-    pretrained.ROOT.mkdir(exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=pretrained.ROOT, prefix=f".{args.name}."))
-    for name in MODEL_FILES:
-        shutil.copy2(model / name, tmp / name)
-    write_atomic(tmp / CARD_FILE, json.dumps(card, indent=1))
-    write_atomic(tmp / "README.md", card_markdown(args.name, card))
-    for path in tmp.iterdir():
-        path.chmod(0o644)  # readable by every user of an installed package (temp files are 0600)
-    replace_dir(tmp, dest, stale={p.name for p in dest.iterdir()} if dest.exists() else ())
+    with staged_outputs("--name", dest, names, own, COMMAND) as tmp:
+        for name in MODEL_FILES:
+            shutil.copy2(model / name, tmp / name)
+        write_atomic(tmp / CARD_FILE, json.dumps(card, indent=1))
+        write_atomic(tmp / "README.md", card_markdown(args.name, card))
+        for path in tmp.iterdir():
+            path.chmod(0o644)  # readable by every user of an installed package (temp files are 0600)
     print(f"wrote {dest}: {json.dumps(card['check'])}")
 
 
@@ -199,7 +222,7 @@ def main(argv=None):
                 lam = read_json(model_dir.resolve(args.model) / CARD_FILE)["check"]["lambda"]
             print(json.dumps(check_figures(args.model, lam, args.dir)))
     except InputError as e:
-        fail("slm-model-card", e)
+        fail(COMMAND, e)
 
 
 if __name__ == "__main__":

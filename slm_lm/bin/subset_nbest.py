@@ -13,7 +13,7 @@ from pathlib import Path
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import read_text_lines, write_atomic
 from slm_lm.options import Parser, number
-from slm_lm.outputs import check_no_overlap, check_output_dir, staged_outputs
+from slm_lm.outputs import check_no_overlap, check_output_dir, finish_interrupted, staged_outputs
 from slm_lm.transcripts import parse_trn_line, trn_uttid
 
 COMMAND = "slm-subset-nbest"
@@ -50,6 +50,7 @@ def main(argv=None):
                           "SRC_DIR/references/ref_wer.trn)")
     try:
         check_no_overlap("DST_DIR", args.dst, [args.src])
+        finish_interrupted(args.dst, COMMAND)
         own = _earlier_subset(args.dst)
         check_output_dir("DST_DIR", args.dst, OUTPUTS, own, COMMAND)
         ids = sorted(line.split(maxsplit=1)[0] for line in _lines(first) if line.strip())

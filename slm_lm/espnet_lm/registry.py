@@ -21,7 +21,11 @@ kinds, ESPnet's default `--model lm` (a config without `model:`; its objective i
 `--model slm_lm`, as `SlmLMTask` does.
 """
 import argparse
+import sys
+from pathlib import Path
 
+from slm_lm.config import lm_config
+from slm_lm.errors import InputError, fail
 from slm_lm.espnet_lm.checks import check_mask_token, config_source, kind_token_list
 from slm_lm.espnet_lm.espnet_model import SlmESPnetLanguageModel
 from slm_lm.espnet_lm.lm import LM_CLASSES
@@ -59,8 +63,14 @@ def check_build_model(build_model):
         if getattr(args, "lm", None) in LM_CLASSES:
             if getattr(args, "model", "lm") == "lm":  # ESPnet's default, whose objective is not the kinds' own
                 args.model = MODEL_NAME
-            args.token_list = kind_token_list(args.lm, args.token_list)  # a list, as ESPnet itself stores it
-            check_mask_token(args.lm, args.token_list, getattr(args, "lm_conf", None), config_source(args))
+            try:
+                args.token_list = kind_token_list(args.lm, args.token_list)  # a list, as ESPnet itself stores it
+                check_mask_token(args.lm, args.token_list, getattr(args, "lm_conf", None), config_source(args))
+                lm_config(args.lm, len(args.token_list), getattr(args, "lm_conf", None) or {}, config_source(args))
+            except InputError as e:
+                if getattr(cls, "reports_input_errors", False):  # slm-lm-train reports them itself
+                    raise
+                fail(Path(sys.argv[0]).name or "lm_train", e)  # stock ESPnet: one line, exit 2
         return build_model(cls, args)
 
     checked_build_model.checks_mask_token = True

@@ -17,12 +17,25 @@ from typeguard import TypeCheckError
 
 from slm_lm.config import lm_config
 from slm_lm.errors import InputError
+from slm_lm.outputs import check_no_overlap, check_output_dir
 from slm_lm.espnet_lm.checks import BOUNDARY_TOKENS, check_data, config_source, kind_token_list
 from slm_lm.espnet_lm.espnet_model import AUTOCAST_DTYPES
 from slm_lm.espnet_lm.lm import LM_CLASSES
 from slm_lm.espnet_lm.registry import MODEL_NAME, register_kinds
 
 POSITIVE_OPTIONS = ("max_epoch", "batch_size", "batch_bins", "accum_grad", "num_iters_per_epoch")
+
+
+def check_output_dir_of(args: argparse.Namespace) -> None:
+    """`--output_dir` by the shared output rules (`slm_lm.outputs`): a directory that can be written, and
+    neither is, lies inside nor contains an input (token list, BPE model, config, data and shape files)."""
+    data = [*(getattr(args, "train_data_path_and_name_and_type", None) or []),
+            *(getattr(args, "valid_data_path_and_name_and_type", None) or [])]
+    inputs = [args.token_list if isinstance(args.token_list, str) else None, getattr(args, "bpemodel", None),
+              getattr(args, "config", None), *(entry[0] for entry in data),
+              *(getattr(args, "train_shape_file", None) or []), *(getattr(args, "valid_shape_file", None) or [])]
+    check_output_dir("--output_dir", args.output_dir, (), (), "slm-lm-train")
+    check_no_overlap("--output_dir", args.output_dir, [path for path in inputs if path])
 
 
 def check_options(args: argparse.Namespace) -> None:
@@ -57,6 +70,8 @@ class SlmLMTask(LMTask):
     ESPnet spawns per GPU, which build the model without parsing a command line.
     """
 
+    reports_input_errors = True  # its entry point (slm-lm-train) reports InputError in one line
+
     @classmethod
     def get_parser(cls):
         register_kinds()
@@ -89,5 +104,6 @@ class SlmLMTask(LMTask):
             tokens = kind_token_list(args.lm, args.token_list)
             config = lm_config(args.lm, len(tokens), args.lm_conf, config_source(args))
             check_options(args)
+            check_output_dir_of(args)
             check_data(args, config.max_positions - BOUNDARY_TOKENS)
         super().main_worker(args)

@@ -121,8 +121,18 @@ def new_model_and_optimizer(settings: PretrainSettings, vocab_size: int, device:
 
 def new_loop_state() -> dict:
     """Where a new run starts: budget seconds spent, updates, tokens seen, epoch, batch position in the epoch,
-    and the budget seconds of the next validation."""
-    return {"spent": 0.0, "updates": 0, "tokens": 0, "epoch": 0, "position": 0, "next_valid": 0.0}
+    the budget seconds of the next validation, and the curve's rows so far (curve.tsv is written from them)."""
+    return {"spent": 0.0, "updates": 0, "tokens": 0, "epoch": 0, "position": 0, "next_valid": 0.0, "curve": []}
+
+
+def curve_rows(path, updates: int) -> list:
+    """The rows of the curve file `path` up to `updates` (for a checkpoint saved before the curve was kept
+    in it: a row written after the checkpoint, by a run killed before its next one, is dropped)."""
+    if not path.exists():
+        return []
+    rows = path.read_text(encoding="utf-8").splitlines()[1:]
+    return [row for row in rows if row.count("\t") == 4 and row.split("\t")[1].isdigit()
+            and int(row.split("\t")[1]) <= updates]
 
 
 def rng_states(device: torch.device) -> dict:
@@ -271,12 +281,12 @@ class _TrainingRun:
         checkpoint = self.out_dir / CHECKPOINT_FILE
         if checkpoint.exists():
             self.state = load_checkpoint(checkpoint, self.model, self.optimizer, self.device, self.identity)
+            self.state.setdefault("curve", curve_rows(self.out_dir / CURVE_FILE, self.state["updates"]))
         else:
             self.state = new_loop_state()
             if s.init:
                 initialise(self.model, s.init, self.tokenizer)
-        if not (self.out_dir / CURVE_FILE).exists():
-            write_atomic(self.out_dir / CURVE_FILE, CURVE_HEADER)
+        self.write_curve()  # the checkpoint's rows: none written after it by a run killed before the next
         self.budget = Budget(60.0 * s.minutes, s.clock, self.state["spent"], 60.0 * s.deadline_minutes, s.updates)
         self.card = training_card(s, self.model, self.device, self.dtype, self.train_set, self.valid_set)
         self.losses = []  # training losses sampled since the last validation
@@ -328,22 +338,31 @@ class _TrainingRun:
         if state["updates"] % LOSS_EVERY == 0:
             self.losses.append(float(loss_sum.detach()) / n)
 
+    def write_curve(self) -> None:
+        """Write curve.tsv from the loop state's rows."""
+        write_atomic(self.out_dir / CURVE_FILE, CURVE_HEADER + "".join(row + "\n" for row in self.state["curve"]))
+
     def validate_and_save(self) -> None:
-        """Validate; append to the curve; refresh the card and the exported model; save the checkpoint."""
+        """Validate and add the curve's row (a run resumed at its last validation, a finished run run again,
+        reuses that row); save the checkpoint, then the curve from it, then the card and the exported model."""
         s, state = self.settings, self.state
-        valid_ce = validation_ce(self.model, self.valid_set, self.tokenizer.eos_id, s.batch_tokens, self.device,
-                                 self.dtype, self.word_table)
-        train_ce = sum(self.losses) / len(self.losses) if self.losses else float("nan")
-        self.losses = []
-        state["spent"] = self.budget.spent
-        with open(self.out_dir / CURVE_FILE, "a") as handle:
-            handle.write(f"{state['spent'] / 60:.2f}\t{state['updates']}\t{state['tokens']}\t"
-                         f"{train_ce:.4f}\t{valid_ce:.4f}\n")
+        rows = state["curve"]
+        if rows and rows[-1].split("\t")[1] == str(state["updates"]):
+            valid_ce = float(rows[-1].split("\t")[4])
+        else:
+            valid_ce = validation_ce(self.model, self.valid_set, self.tokenizer.eos_id, s.batch_tokens,
+                                     self.device, self.dtype, self.word_table)
+            train_ce = sum(self.losses) / len(self.losses) if self.losses else float("nan")
+            self.losses = []
+            state["spent"] = self.budget.spent
+            rows.append(f"{state['spent'] / 60:.2f}\t{state['updates']}\t{state['tokens']}\t{train_ce:.4f}\t"
+                        f"{valid_ce:.4f}")
         state["next_valid"] = state["spent"] + 60.0 * s.valid_every_minutes
-        record_validation(self.card, state, valid_ce, self.optimizer.param_groups[0]["lr"])
-        export(self.model, self.tokenizer, self.out_dir / "model", self.card, s.whole_words)
         save_checkpoint(self.out_dir / CHECKPOINT_FILE, self.model, self.optimizer, state,
                         rng_states(self.device), self.identity)
+        self.write_curve()
+        record_validation(self.card, state, valid_ce, self.optimizer.param_groups[0]["lr"])
+        export(self.model, self.tokenizer, self.out_dir / "model", self.card, s.whole_words)
 
 
 def export(model, tokenizer: Tokenizer, directory, card: dict, whole_words: bool = False) -> None:

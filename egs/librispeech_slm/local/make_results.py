@@ -16,6 +16,7 @@ from pathlib import Path
 
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
+from slm_lm.outputs import check_no_overlap, check_output_file
 from slm_lm.nbest import read_espnet_nbest
 from slm_lm.scored_set import am_score, parse_am_weights
 from slm_lm.transcripts import read_text
@@ -83,20 +84,6 @@ def read_tuning(rdir):
         raise InputError(f"{path}: not a tuning.json of slm-rescore ({type(e).__name__}: {e})") from None
 
 
-def check_out(out, inputs):
-    """InputError unless `out` is a file path that is no input and lies in no input directory."""
-    if out.is_dir():
-        raise InputError(f"--out {out}: is a directory, not a file")
-    for parent in out.absolute().parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise InputError(f"--out {out}: is under {parent}, a file, not a directory")
-            break
-    for path in inputs:
-        if out.resolve() == path.resolve() or path.resolve() in out.resolve().parents:
-            raise InputError(f"--out {out}: would replace or sit inside the input {path}; choose another file")
-
-
 def main(argv=None):
     """Command line: build RESULTS.md."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -120,7 +107,8 @@ def main(argv=None):
         raise InputError(f"--pool {args.pool!r}: not among --sets {args.sets!r}")
     data = Path(args.data)
     inputs = [data / s / "text" for s in sets] + [decode_dir / s for s in sets] + list(rdirs.values())
-    check_out(Path(args.out), inputs)
+    out = check_output_file("--out", args.out)  # a link is written through
+    check_no_overlap("--out", args.out, inputs)
     lambdas = {name: read_tuning(rdir) for name, rdir in rdirs.items()}
     errors = {}  # errors[(system, set)] = (word errors, reference words) per utterance
     cer = {name: {} for name in systems}  # CER columns per system and set
@@ -175,9 +163,11 @@ def main(argv=None):
     lines += ["", f"## {decode_dir}", ""]
     for name, per_set in systems.items():
         lines += wer_table(f"WER, {name}", [(s, per_set[s]) for s in sets])
-    out = Path(args.out)
-    write_atomic(out, "\n".join(lines))
-    print(f"wrote {out}")
+    try:
+        write_atomic(out, "\n".join(lines))
+    except OSError as e:
+        raise InputError(f"--out {args.out}: cannot write it: {e.strerror or e}") from None
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
