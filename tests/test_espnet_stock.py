@@ -1,11 +1,11 @@
 """Unmodified ESPnet entry points know the slm_lm kinds in an environment where slm_lm is installed.
 
 The package is installed (`pip install --prefix`, as a user's `pip install slm_lm` would) into a fresh
-virtual environment whose other packages are this test environment's; every command then runs in
-that environment with no PYTHONPATH, exactly as ESPnet's `asr.sh` runs it: LM collect-stats,
-aggregation and `text_shape.bpe`, `espnet2.bin.lm_train` with `--fold_length 150 --resume true`,
-`lm_calc_perplexity`, and `asr_inference` with the clm as `--lm_train_config` (shallow fusion).
+virtual environment whose other packages are this test environment's (no tensorboard); every command then
+runs in that environment with no PYTHONPATH, exactly as ESPnet's `asr.sh` runs it. The docs' asr.sh command
+block runs there as it is written, with `tests/asr_sh.py` standing in for asr.sh's LM and decoding stages.
 """
+import gzip
 import os
 import shutil
 import subprocess
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_espnet_lm import REPO, TINY, data  # noqa: F401 (fixture)
+from test_espnet_lm import REPO, data  # noqa: F401 (fixture)
 from test_espnet_tools import UTTERANCES, asr_exp  # noqa: F401 (fixture)
 
 KINDS_CHECK = """
@@ -148,16 +148,19 @@ def test_broken_slm_lm_leaves_stock_espnet_working(installed, tmp_path, how, pro
         assert quiet.returncode == 0 and warnings_of(quiet.stderr) == [], quiet.stderr[-3000:]
 
 
-def test_tuning_config_trains_in_stock_lm_train_without_tensorboard(installed, data, tmp_path):  # noqa: F811
-    """`--lm_config conf/train_lm_clm_small.yaml` as asr.sh hands it to stock `lm_train`, in an environment
-    without tensorboard (as the package's extras build it): one update of the small clm (the config as it is
-    but for the number and size of batches)."""
+@pytest.mark.parametrize("config", ["tuning/train_lm_clm_small.yaml", "train_lm_clm_mini.yaml"])
+def test_lm_config_trains_the_kinds_objective_in_stock_lm_train_without_tensorboard(installed, data, tmp_path,  # noqa: F811
+                                                                                      config):
+    """`--lm_config` a shipped clm config as asr.sh hands it to stock `lm_train`, in an environment without
+    tensorboard (as the package's extras build it): one update (the config as it is but for the number and
+    size of batches), as `--model slm_lm`, also from the mini config, which has no `model:` (ESPnet's default
+    `lm` would train ESPnet's own causal objective)."""
     assert start(installed, "-c", "import tensorboard", cwd=tmp_path).returncode != 0, "tensorboard is installed"
     sentences = (data["root"] / "train.txt").read_text().splitlines()[:8]
     text, shape = tmp_path / "text", tmp_path / "text_shape"
     text.write_text("".join(f"lm{i:04d} {s}\n" for i, s in enumerate(sentences)))
     shape.write_text("".join(f"lm{i:04d} {len(s.split())}\n" for i, s in enumerate(sentences)))
-    config = REPO / "egs" / "librispeech_slm" / "conf" / "tuning" / "train_lm_clm_small.yaml"
+    config = REPO / "egs" / "librispeech_slm" / "conf" / config
     data_options = [f"--{split}_{option}" for split in ("train", "valid") for option in ("data_path_and_name_and_type",
                                                                                           "shape_file")]
     values = [f"{text},text,text", str(shape)] * 2
@@ -166,91 +169,121 @@ def test_tuning_config_trains_in_stock_lm_train_without_tensorboard(installed, d
         "--token_list", str(data["root"] / "tok" / "tokens.txt"), *(x for pair in zip(data_options, values) for x in pair),
         "--max_epoch", "1", "--num_iters_per_epoch", "1", "--batch_bins", "64", "--num_workers", "0",
         "--output_dir", str(tmp_path / "lm"), cwd=tmp_path)
-    assert yaml.safe_load((tmp_path / "lm" / "config.yaml").read_text())["use_tensorboard"] is False
+    trained = yaml.safe_load((tmp_path / "lm" / "config.yaml").read_text())
+    assert (trained["use_tensorboard"], trained["lm"], trained["model"]) == (False, "clm", "slm_lm")
     assert (tmp_path / "lm" / "1epoch.pth").is_file()
 
 
-def asr_sh_lm_stages(installed, asr_exp, data, tmp_path, kind: str) -> Path:
-    """asr.sh's stages 6-8 with `--lm_config` a tiny config of `kind` and asr.sh's token list, as stock
-    ESPnet modules: collect-stats, aggregation, text_shape.bpe, training (resumed: a second run does
-    nothing more), perplexity. Returns the LM experiment directory."""
-    token_list = asr_exp / "tokens.txt"
-    bpemodel = data["root"] / "tok" / "bpe.model"
-    lm_train_text = tmp_path / "lm_train.txt"
-    sentences = (data["root"] / "train.txt").read_text().splitlines()[:300]
-    lm_train_text.write_text("".join(f"lm{i:04d} {s}\n" for i, s in enumerate(sentences)))
-    lm_dev_text = asr_exp / "text"
-    config = {**TINY, "lm": kind, "model": "slm_lm", "max_epoch": 1, "num_iters_per_epoch": 5,
-              "batch_type": "folded", "batch_size": 16, "optim": "adam", "optim_conf": {"lr": 1.0e-3},
-              "scheduler": None, "keep_nbest_models": 1,
-              "best_model_criterion": [["valid", "loss", "min"]]}
-    del config["batch_bins"], config["scheduler_conf"]
-    lm_config = tmp_path / f"train_lm_{kind}_tiny.yaml"
-    lm_config.write_text(yaml.safe_dump(config))
-    common = ["--use_preprocessor", "true", "--bpemodel", str(bpemodel), "--token_type", "bpe",
-              "--token_list", str(token_list), "--non_linguistic_symbols", "none", "--cleaner", "none", "--g2p", "none"]
-    stats, lm_exp = tmp_path / "lm_stats_bpe", tmp_path / f"lm_train_lm_{kind}_tiny_bpe"
-    logdir = stats / "logdir"
-    logdir.mkdir(parents=True)
-    (logdir / "train.1.scp").write_text(lm_train_text.read_text())
-    (logdir / "dev.1.scp").write_text(lm_dev_text.read_text())
-    run(installed, "-m", "espnet2.bin.lm_train", "--collect_stats", "true", *common,
-        "--train_data_path_and_name_and_type", f"{lm_train_text},text,text",
-        "--valid_data_path_and_name_and_type", f"{lm_dev_text},text,text",
-        "--train_shape_file", str(logdir / "train.1.scp"), "--valid_shape_file", str(logdir / "dev.1.scp"),
-        "--output_dir", str(logdir / "stats.1"), "--config", str(lm_config), cwd=tmp_path)
-    run(installed, "-m", "espnet2.bin.aggregate_stats_dirs", "--input_dir", str(logdir / "stats.1"),
-        "--output_dir", str(stats), cwd=tmp_path)
-    n_tokens = len(token_list.read_text().splitlines())
-    for split in ("train", "valid"):
-        shapes = (stats / split / "text_shape").read_text().splitlines()
-        (stats / split / "text_shape.bpe").write_text("".join(f"{line},{n_tokens}\n" for line in shapes))
-    train = ["-m", "espnet2.bin.lm_train", "--ngpu", "0", *common,
-             "--valid_data_path_and_name_and_type", f"{lm_dev_text},text,text",
-             "--valid_shape_file", str(stats / "valid" / "text_shape.bpe"), "--fold_length", "150",
-             "--resume", "true", "--output_dir", str(lm_exp), "--config", str(lm_config),
-             "--train_data_path_and_name_and_type", f"{lm_train_text},text,text",
-             "--train_shape_file", str(stats / "train" / "text_shape.bpe")]
-    run(installed, *train, cwd=tmp_path)
-    trained = yaml.safe_load((lm_exp / "config.yaml").read_text())
-    assert (trained["lm"], trained["model"]) == (kind, "slm_lm")
-    checkpoint = (lm_exp / "checkpoint.pth").stat().st_mtime_ns
-    run(installed, *train, cwd=tmp_path)  # --resume true: the finished training is not redone
-    assert (lm_exp / "checkpoint.pth").stat().st_mtime_ns == checkpoint
-
-    run(installed, "-m", "espnet2.bin.lm_calc_perplexity", "--ngpu", "0",
-        "--data_path_and_name_and_type", f"{lm_dev_text},text,text", "--train_config", str(lm_exp / "config.yaml"),
-        "--model_file", str(lm_exp / "valid.loss.ave.pth"), "--output_dir", str(lm_exp / "perplexity_test"),
-        cwd=tmp_path)
-    assert float((lm_exp / "perplexity_test" / "ppl").read_text()) > 1
-    return lm_exp
+DOCS = REPO / "docs" / "espnet-and-clusters.md"
+DOCS_SECTION = "## Our LMs in an existing ESPnet asr.sh experiment"
 
 
-def test_stock_espnet_lm_stages_as_asr_sh_runs_them(installed, asr_exp, data, tmp_path):  # noqa: F811
-    """asr.sh's stages 6-8 and 12 with `--lm_config` a clm config; the clm keeps asr.sh's token list as it
-    is (shallow fusion needs the ASR's ids) and is fused in stock `asr_inference`."""
-    lm_exp = asr_sh_lm_stages(installed, asr_exp, data, tmp_path, "clm")
-    token_list = (asr_exp / "tokens.txt").read_text().split()
-    assert yaml.safe_load((lm_exp / "config.yaml").read_text())["token_list"] == token_list
-
-    decode = tmp_path / "decode" / "output.1"
-    (tmp_path / "keys.1.scp").write_text((asr_exp / "wav.scp").read_text())
-    run(installed, "-m", "espnet2.bin.asr_inference", "--batch_size", "1", "--ngpu", "0",
-        "--data_path_and_name_and_type", f"{asr_exp / 'wav.scp'},speech,sound",
-        "--key_file", str(tmp_path / "keys.1.scp"), "--asr_train_config", str(asr_exp / "asr" / "config.yaml"),
-        "--asr_model_file", str(asr_exp / "asr" / "model.pth"),
-        "--output_dir", str(decode), "--lm_train_config", str(lm_exp / "config.yaml"),
-        "--lm_file", str(lm_exp / "valid.loss.ave.pth"), "--lm_weight", "0.3", "--ctc_weight", "0.3",
-        "--beam_size", "3", "--nbest", "3", cwd=tmp_path)
-    ids = [line.split(maxsplit=1)[0] for line in (decode / "1best_recog" / "text").read_text().splitlines()]
-    assert sorted(ids) == sorted(UTTERANCES)
+def docs_asr_sh_block() -> str:
+    """The command block of the docs' asr.sh section: its one fenced block that runs `./run.sh`."""
+    section = DOCS.read_text().split(DOCS_SECTION, 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("\n", 1)[1] for b in section.split("```")[1::2] if "\n./run.sh " in b.split("\n", 1)[1]]
+    assert len(blocks) == 1, f"{DOCS}: the asr.sh section has {len(blocks)} blocks of asr.sh commands, not one"
+    return blocks[0]
 
 
-def test_stock_lm_stages_train_an_slm_on_asr_sh_token_list(installed, asr_exp, data, tmp_path):  # noqa: F811
-    """asr.sh's stages 6-8 with an slm config and asr.sh's token list (no <mask>): stock ESPnet trains the
-    slm with <mask> inserted before <sos/eos>, as `slm_lm.bin.lm_train` does (config.yaml records that list,
-    the one of the slm our entry point trained on the same list), and stock perplexity loads it."""
-    lm_exp = asr_sh_lm_stages(installed, asr_exp, data, tmp_path, "slm")
+def test_asr_sh_commands_are_on_one_page():
+    """The recipe README's asr.sh section links to the docs' one command block and has no asr.sh command
+    of its own (an asr.sh option: --lm_config, --use_lm, --inference_args, --lang)."""
+    readme = (REPO / "egs" / "librispeech_slm" / "README.md").read_text()
+    section = readme.split("## Our LMs in an ESPnet asr.sh experiment", 1)[1]
+    assert "../../docs/espnet-and-clusters.md#our-lms-in-an-existing-espnet-asrsh-experiment" in section
+    for option in ("--lm_config", "--use_lm", "--inference_args", "--lang", "egs2/librispeech/asr1\n"):
+        assert option not in readme, option
+    assert "./run.sh" in docs_asr_sh_block()
+
+
+def asr_sh_experiment(root: Path, asr_exp: Path, data) -> Path:  # noqa: F811
+    """`egs2/librispeech/asr1` under root as asr.sh's stages 1-5 and 10-11 leave it (asr.sh's data of the
+    test's two utterances for every set, its token list and BPE, the tiny ASR model as the experiment), with
+    `tests/asr_sh.py` as its run.sh, a decode config of beam 10 and an LM corpus of 300 sentences."""
+    recipe = root / "espnet" / "egs2" / "librispeech" / "asr1"
+    exp = recipe / "exp" / "asr_train_asr_conformer_raw_en_bpe5000_sp"
+    exp.mkdir(parents=True)
+    shutil.copy(asr_exp / "asr" / "config.yaml", exp / "config.yaml")
+    shutil.copy(asr_exp / "asr" / "model.pth", exp / "valid.acc.ave.pth")
+    tok = recipe / "data" / "en_token_list" / "bpe_unigram5000"
+    tok.mkdir(parents=True)
+    shutil.copy(asr_exp / "tokens.txt", tok / "tokens.txt")
+    shutil.copy(data["root"] / "tok" / "bpe.model", tok / "bpe.model")
+    for dset in ("dev", "dev_clean", "dev_other", "test_clean", "test_other"):
+        (recipe / "dump" / "raw" / dset).mkdir(parents=True)
+        for name in ("wav.scp", "text"):
+            shutil.copy(asr_exp / name, recipe / "dump" / "raw" / dset / name)
+    (recipe / "conf").mkdir()
+    (recipe / "conf" / "decode_asr.yaml").write_text(yaml.safe_dump(
+        {"beam_size": 10, "ctc_weight": 0.3, "lm_weight": 0.6, "maxlenratio": 0.0, "minlenratio": 0.0}))
+    (recipe / "downloads").mkdir()
+    with gzip.open(recipe / "downloads" / "librispeech-lm-norm.txt.gz", "wt") as corpus:
+        corpus.writelines((data["root"] / "train.txt").read_text().splitlines(keepends=True)[:300])
+    (recipe / "run.sh").write_text(f'#!/bin/sh\nexec python {REPO / "tests" / "asr_sh.py"} "$@"\n')
+    (recipe / "run.sh").chmod(0o755)
+    return recipe
+
+
+def test_docs_asr_sh_commands_run_as_written(installed, asr_exp, data, tmp_path):  # noqa: F811
+    """The docs' asr.sh command block, run as it is written (`/path/to/slm_lm` this checkout) by bash in the
+    installed environment, with `tests/asr_sh.py` as asr.sh: the clm and the slm train in stock
+    `lm_train` on asr.sh's token list (the slm with `<mask>`, the list our `slm_lm.bin.lm_train` records),
+    stock decoding fuses the clm, and the 10-best lists get their AM scores and are rescored. The clm's
+    training (its command with stage 7 only) run again finds it finished (`--resume true`)."""
+    recipe = asr_sh_experiment(tmp_path, asr_exp, data)
+    script = docs_asr_sh_block().replace("/path/to/slm_lm", str(REPO))
+    (tmp_path / "commands.sh").write_text("set -eu\n" + script)
+    env = {"PATH": f"{installed.parent}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": os.environ.get("HOME", "/tmp")}
+    result = subprocess.run(["bash", str(tmp_path / "commands.sh")], cwd=tmp_path, env=env, capture_output=True,
+                            text=True)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+
+    exp = recipe / "exp"
+    asr_tokens = (asr_exp / "tokens.txt").read_text().split()
     ours = yaml.safe_load((asr_exp / "lm_slm" / "config.yaml").read_text())["token_list"]
+    for kind, tokens in (("clm", asr_tokens), ("slm", ours)):
+        trained = yaml.safe_load((exp / f"lm_train_lm_{kind}_small_en_bpe5000" / "config.yaml").read_text())
+        assert (trained["lm"], trained["model"], trained["token_list"]) == (kind, "slm_lm", tokens)
+        assert float((exp / f"lm_train_lm_{kind}_small_en_bpe5000" / "perplexity_test" / "ppl").read_text()) > 1
     assert ours[-2] == "<mask>"
-    assert yaml.safe_load((lm_exp / "config.yaml").read_text())["token_list"] == ours
+    decodes = exp / "asr_train_asr_conformer_raw_en_bpe5000_sp"
+    fused = decodes / "decode_asr_lm_lm_train_lm_clm_small_en_bpe5000_valid.loss.ave_asr_model_valid.acc.ave"
+    nbest = decodes / "decode_asr_nbest10_asr_model_valid.acc.ave"
+    for dset in ("dev_clean", "test_other"):
+        for decode in (fused, nbest):
+            ids = [line.split(maxsplit=1)[0] for line in (decode / dset / "text").read_text().splitlines()]
+            assert ids == sorted(UTTERANCES), decode / dset
+        assert sorted(nbest.glob(f"{dset}/logdir/output.*/*best_recog/scores"))
+    assert (exp / "rescore_slm" / "RESULTS.md").is_file()
+
+    clm = exp / "lm_train_lm_clm_small_en_bpe5000"
+    checkpoint = (clm / "checkpoint.pth").stat().st_mtime_ns
+    again = next(line for line in script.splitlines() if "train_lm_clm_small.yaml" in line and "--stage 6" in line)
+    again = again.replace("--stage 6 --stop_stage 8", "--stage 7 --stop_stage 7")
+    result = subprocess.run(["bash", "-c", f"cd {recipe.relative_to(tmp_path)} && {again}"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (clm / "checkpoint.pth").stat().st_mtime_ns == checkpoint
+
+
+def test_text_shape_token_dimension_changes_no_batch_of_our_configs(tmp_path):
+    """asr.sh's text_shape.bpe says `L,V` with V its token list's length, one less than an slm's outputs
+    (`<mask>`): ESPnet's batch sampler of the LM configs' batch_type (`length`, every shipped config) makes the
+    same batches from `L,V` and `L,V+1`; with `numel`, which reads V, they differ (what this test would see)."""
+    from espnet2.samplers.build_batch_sampler import build_batch_sampler
+
+    conf = REPO / "egs" / "librispeech_slm" / "conf"
+    configs = sorted(conf.glob("*_lm_*.yaml")) + sorted((conf / "tuning").glob("train_lm_*.yaml"))
+    batch_types = {yaml.safe_load(path.read_text()).get("batch_type", "folded") for path in configs}
+    assert batch_types == {"length"}, batch_types
+    lengths = [(i * 7919) % 97 + 3 for i in range(400)]
+
+    def batches(batch_type: str, vocab: int) -> list:
+        shape = tmp_path / f"text_shape.{vocab}"
+        shape.write_text("".join(f"lm_{i:04d} {n},{vocab}\n" for i, n in enumerate(lengths)))
+        return list(build_batch_sampler(batch_type, batch_size=1, batch_bins=90000 if batch_type == "numel" else 300,
+                                        shape_files=[str(shape)], fold_lengths=[150], min_batch_size=1))
+
+    assert batches("length", 300) == batches("length", 301)
+    assert batches("numel", 300) != batches("numel", 301)

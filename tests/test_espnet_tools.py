@@ -1,7 +1,7 @@
 """ESPnet's own tools with slm_lm LMs: the clm as a shallow-fusion LM in ESPnet's beam search
 (`Speech2Text`, `python -m slm_lm.bin.asr_inference`), perplexity through ESPnet's
 `lm_calc_perplexity` (`python -m slm_lm.bin.lm_calc_perplexity`), the bidirectional kinds refused in
-beam search, and the flow of docs/espnet-and-clusters.md ("N-best rescoring with the slm"): an asr.sh-style token
+beam search, and the flow of docs/espnet-and-clusters.md ("Our LMs in an existing ESPnet asr.sh experiment"): an asr.sh-style token
 list (no <mask>), N-best decoding with ESPnet's inference, our LMs trained on that token list, and
 `slm-rescore` on the N-best lists.
 

@@ -995,22 +995,3 @@ def test_asr_sh_nbest_reads_only_the_last_runs_shards(tmp_path):
         (logdir / f"keys.{n}.scp").unlink()
     with pytest.raises(InputError, match="duplicate id 'u3'.*remove the output.N dirs of the earlier run"):
         read_espnet_nbest(tmp_path / "test_other", 2)
-
-
-def test_readme_asr_sh_path_as_written():
-    """The recipe README's asr.sh section: asr.sh's decode dir name with the inference args, LM training through
-    ${cuda_cmd}, the LM text decontaminated against dev/test as stage 3's, every model made by a command shown."""
-    readme = (RECIPE / "README.md").read_text()
-    section = readme[readme.index("## Our LMs in an ESPnet asr.sh experiment"):]
-    assert '--inference_args "--nbest 10"' in section
-    assert "decode_asr_nbest10_asr_model_valid.acc.ave/test_other" in section
-    assert "slm-prepare-lm-text --books" in section and "--exclude dump/raw/dev_clean/text" in section
-    assert "dump/raw/lm_train.txt" in section
-    assert "${cuda_cmd}" in section
-    # every LM experiment the section reads (--lm exp/...) is the output of a command in it
-    import re
-    used = set(re.findall(r"--lm (exp/lm_[\w.]+)", section))
-    assert used
-    for d in used:  # asr.sh names the LM experiment after --lm_config: exp/lm_train_<config>_en_bpe5000
-        config = re.fullmatch(r"exp/lm_train_(\w+)_en_bpe5000", d).group(1)
-        assert f"--stop_stage 8 --lm_config conf/train_{config}.yaml" in section, d
