@@ -1052,3 +1052,23 @@ def test_readme_asr_sh_path_as_written():
     for d in used:  # asr.sh names the LM experiment after --lm_config: exp/lm_train_<config>_en_bpe5000
         config = re.fullmatch(r"exp/lm_train_(\w+)_en_bpe5000", d).group(1)
         assert f"--stop_stage 8 --lm_config conf/train_{config}.yaml" in section, d
+
+
+def test_results_environment_block_as_espnets(tmp_path):
+    """RESULTS.md's "## Environments" (stage 8): ESPnet's lines (date, python, espnet, pytorch, Git hash and
+    commit date) plus the OS, slm_lm's version and the models and configs that made the tables."""
+    import make_results
+    import slm_lm
+    config = tmp_path / "config.yaml"
+    config.write_text("a: 1\n")
+    lines = make_results.environment(make_results.labelled_files([f"ASR config={config}"]))
+    text = "\n".join(lines)
+    assert lines[0] == "## Environments"
+    for key in ("- date: `", "- os: `", "- python version: `", "- espnet version: `espnet ", "- pytorch version: `pytorch ",
+                f"- slm_lm version: `slm_lm {slm_lm.__version__}`", "- Git hash: `", "  - Commit date: `",
+                f"- ASR config: `{config}`"):
+        assert key in text, key
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert f"- Git hash: `{head}`" in text
+    with pytest.raises(InputError, match="no such file"):
+        make_results.labelled_files([f"ASR model={tmp_path / 'none.pth'}"])

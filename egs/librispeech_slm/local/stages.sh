@@ -484,12 +484,15 @@ if run_stage 7 rescore; then
 fi
 
 if run_stage 8 results; then
+    files=("ASR config=${asr_exp}/config.yaml" "ASR model=${asr_exp}/${inference_asr_model}" "decode config=${decode_config}")
     rescored=(); for kind in ${lm_kinds}; do
-        need 7 "$(rescore_dir "${kind}")/.done"; rescored+=("${kind}=$(rescore_dir "${kind}")"); done
+        need 7 "$(rescore_dir "${kind}")/.done"; rescored+=("${kind}=$(rescore_dir "${kind}")")
+        files+=("${kind} LM config=$(lm_exp "${kind}")/config.yaml" "${kind} LM model=$(lm_checkpoint "$(lm_exp "${kind}")")")
+    done
     ${train_cmd} "${stage_log}" python local/make_results.py --decode-dir "${decode_dir}" --data "${data}" \
         --sets "${eval_sets# }" --rescored "${rescored[@]}" --am-weights "${am_weights}" --pool "${test_sets# }" \
         --title "$( [ "${mini}" = true ] && echo "mini corpus (${tag})" || echo LibriSpeech-960 )" \
-        --out "${workdir}/RESULTS.md"
+        --files "${files[@]}" --out "${workdir}/RESULTS.md"
     finish_stage 8
 fi
 
