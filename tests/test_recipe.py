@@ -1072,3 +1072,19 @@ def test_results_environment_block_as_espnets(tmp_path):
     assert f"- Git hash: `{head}`" in text
     with pytest.raises(InputError, match="no such file"):
         make_results.labelled_files([f"ASR model={tmp_path / 'none.pth'}"])
+
+
+def test_lm_configs_name_a_size_or_spell_the_shape():
+    """Every LM config of the recipe either names a size (slm_lm.config.SIZES) or spells the whole shape, never a
+    size and then another shape; the micro setting adds no size on top of its config's spelled shape."""
+    from slm_lm.config import SIZES
+    shape = {"n_layers", "d_model", "n_heads", "d_ff"}
+    for path in (RECIPE / "conf").rglob("*.yaml"):
+        lm_conf = (yaml.safe_load(path.read_text()) or {}).get("lm_conf")
+        if lm_conf is None:
+            continue
+        if "size" in lm_conf:
+            assert lm_conf["size"] in SIZES and not shape & set(lm_conf), path
+        else:
+            assert shape <= set(lm_conf), path
+    assert "--lm_conf size=" not in (RECIPE / "conf" / "micro.sh").read_text()

@@ -6,4 +6,4 @@ decode_config=conf/decode_asr_micro.yaml
 lm_init=""
 bpe_size=100
 asr_fixed_args="--max_epoch 1 --num_iters_per_epoch none --batch_bins 400000 --encoder_conf num_blocks=1 --decoder_conf num_blocks=1"
-lm_fixed_args="--use_tensorboard false --max_epoch 1 --num_iters_per_epoch 10 --lm_conf size=tiny"
+lm_fixed_args="--use_tensorboard false --max_epoch 1 --num_iters_per_epoch 10"
