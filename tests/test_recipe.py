@@ -1088,3 +1088,16 @@ def test_lm_configs_name_a_size_or_spell_the_shape():
         else:
             assert shape <= set(lm_conf), path
     assert "--lm_conf size=" not in (RECIPE / "conf" / "micro.sh").read_text()
+
+
+def test_conf_comments_point_to_what_exists():
+    """A config's comment that names a config file or a section of a results page names one that exists."""
+    import re
+    pages = {p: (REPO / p).read_text() for p in ("RESULTS.md", "docs/experiments.md")}
+    for path in (RECIPE / "conf").rglob("*.yaml"):
+        text = path.read_text()
+        for m in re.finditer(r"(\S*?)((?:tuning/)?(?:train|decode|finetune)_\w+\.yaml)", text):
+            if "egs2/" not in m.group(1):  # ESPnet's own files are named by their egs2/ path
+                assert (RECIPE / "conf" / m.group(2)).exists(), f"{path}: {m.group(2)}"
+        for page, section in re.findall(r"(RESULTS\.md|docs/experiments\.md),\s*#?\s*\"([^\"]+)\"", text):
+            assert re.search(rf"^#+ {re.escape(section)}", pages[page], re.MULTILINE), f"{path}: {page}, {section}"
