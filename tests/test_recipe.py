@@ -1101,3 +1101,22 @@ def test_conf_comments_point_to_what_exists():
                 assert (RECIPE / "conf" / m.group(2)).exists(), f"{path}: {m.group(2)}"
         for page, section in re.findall(r"(RESULTS\.md|docs/experiments\.md),\s*#?\s*\"([^\"]+)\"", text):
             assert re.search(rf"^#+ {re.escape(section)}", pages[page], re.MULTILINE), f"{path}: {page}, {section}"
+
+
+def test_gutenberg_lm_text_comes_through_slm_data(tmp_path):
+    """--lm_corpus gutenberg: stage 3 reads the books where `slm-data path books` says they are (here
+    $SLM_LM_DATA), not a folder beside the checkout."""
+    work, data_dir = tmp_path / "w", tmp_path / "slm_data"
+    books = data_dir / "text" / "gutenberg"
+    books.mkdir(parents=True)
+    sentences = _sentences(2000, seed=1)
+    with gzip.open(books / "pg1.txt.gz", "wt") as f:
+        f.write("".join(s.capitalize() + ".\n" for s in sentences))
+    for s in ("train", "dev_clean", "dev_other", "test_clean", "test_other"):
+        (work / "data" / s).mkdir(parents=True)
+        (work / "data" / s / "text").write_text("".join(f"{s}-{i:04d} {t}\n" for i, t in enumerate(_sentences(20, seed=2))))
+    (work / "data" / "train" / "text").write_text("".join(f"u{i:04d} {t}\n" for i, t in enumerate(_sentences())))
+    run_recipe("--micro", "true", "--lm_corpus", "gutenberg", "--bpe_size", "40", "--workdir", str(work),
+               "--stage", "2", "--stop_stage", "3", env=dict(os.environ, SLM_LM_DATA=str(data_dir)))
+    assert str(books) in (work / "data" / "lm" / ".done").read_text()
+    assert (work / "data" / "lm" / "train" / "text").stat().st_size > 0
