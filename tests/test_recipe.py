@@ -497,11 +497,48 @@ def test_python_option_names_the_environment(tmp_path):
     assert proc.stderr.startswith(f"run.sh: --python {bare / 'bin' / 'python'}: ")
     assert "lacks espnet2 torch" in proc.stderr
     assert not (tmp_path / "w").exists()
-    proc = run_recipe("--stage", "9", "--stop_stage", "8", "--workdir", str(tmp_path / "w"))
-    assert "finished stages 9..8" in proc.stdout and "setup_env" not in proc.stdout + proc.stderr
+    proc = run_recipe("--stage", "3", "--stop_stage", "3", "--workdir", str(tmp_path / "w"), check=False)
+    assert "run stage 2 first" in proc.stderr and "setup_env" not in proc.stdout + proc.stderr
     chosen = subprocess.run(["bash", "-c", ". ./path.sh && command -v python"], cwd=RECIPE, capture_output=True,
                             text=True, env=dict(os.environ, python=sys.executable), check=True).stdout.strip()
     assert Path(chosen).samefile(sys.executable)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--stage", "x"], "run.sh: error: --stage 'x': not a stage number (0-9)"),
+    (["--stop_stage", "8b"], "run.sh: error: --stop_stage '8b': not a stage number (0-9)"),
+    (["--stage", ""], "run.sh: error: --stage '': not a stage number (0-9)"),
+    (["--stage", "9"], "run.sh: error: --stage 9 --stop_stage 8: no stage to run (stage > stop_stage)"),
+])
+def test_stage_range_is_checked_before_any_work(tmp_path, args, message):
+    """An unparseable --stage/--stop_stage, or an empty range, stops the run in one line with status 2 before
+    anything is made (no environment, no work dir)."""
+    proc = run_recipe("--workdir", str(tmp_path / "w"), *args, "--python", str(tmp_path / "no_python"), check=False)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, message + "\n", "")
+    assert not (tmp_path / "w").exists()
+
+
+def test_settings_files_and_the_command_line(tmp_path):
+    """run.sh holds LibriSpeech-960's settings; --mini true reads conf/mini.sh over them, --micro true
+    conf/micro.sh over both, and an option given on the command line wins over every setting."""
+    import random
+    rng = random.Random(0)
+    words = ["".join(rng.choice("ABCDEFGHIJKLMNOPRSTUVWY") for _ in range(rng.randint(2, 7))) for _ in range(4000)]
+    cases = ((["--mini", "true"], "data/token_list/bpe300"), (["--micro", "true"], "data/token_list/bpe100"),
+             (["--micro", "true", "--bpe_size", "40", "--bpemode", "unigram"], "data/en_token_list/bpe_unigram40"))
+    for n, (args, token_dir) in enumerate(cases):
+        work = tmp_path / str(n)
+        (work / "data" / "train").mkdir(parents=True)
+        (work / "data" / "train" / "text").write_text("".join(f"u{i:04d} {' '.join(words[i:i + 8])}\n"
+                                                              for i in range(0, len(words), 8)))
+        run_recipe(*args, "--workdir", str(work), "--stage", "2", "--stop_stage", "2")
+        assert (work / token_dir / "bpe.model").exists(), (args, list(work.rglob("bpe.model")))
+
+
+def test_recipe_reads_no_path_beside_the_checkout():
+    """Data comes through slm-data (get/path), never from a folder beside the checkout."""
+    for f in [RECIPE / "run.sh", RECIPE / "path.sh", *(RECIPE / "local").glob("*.sh"), *(RECIPE / "conf").glob("*.sh")]:
+        assert "../shared" not in f.read_text(), f
 
 
 def test_unknown_option_is_refused(tmp_path):
@@ -654,8 +691,8 @@ def test_shared_copy_is_only_read_and_the_lm_corpus_goes_to_its_own_dir(tmp_path
     assert sorted(copy.rglob("*")) == before
     assert (tmp_path / "lm" / "librispeech-lm-norm.txt.gz").read_bytes() == \
         (mirror / "11" / "librispeech-lm-norm.txt.gz").read_bytes()
-    run_sh = (RECIPE / "run.sh").read_text()
-    assert '--lm-dir "${lm_corpus_dir}"' in run_sh and 'books=("${lm_corpus_dir}/librispeech-lm-norm.txt.gz")' in run_sh
+    stages = (RECIPE / "local" / "stages.sh").read_text()
+    assert '--lm-dir "${lm_corpus_dir}"' in stages and 'books=("${lm_corpus_dir}/librispeech-lm-norm.txt.gz")' in stages
 
 
 # ---------------------------------------------------------------------------------------------
@@ -681,8 +718,8 @@ def test_full_asr_config_updates():
     assert (conf["encoder"], enc["num_blocks"], enc["output_size"], enc["attention_heads"]) == ("conformer", 12, 512, 8)
     assert (conf["decoder"], dec["num_blocks"]) == ("transformer", 6)
     assert conf["specaug"] == "specaug" and conf["model_conf"]["ctc_weight"] == 0.3
-    run_sh = (RECIPE / "run.sh").read_text()
-    assert '[ "${speed_perturb_factors}" = default ] && speed_perturb_factors="0.9 1.0 1.1"' in run_sh
+    settings, stages = (RECIPE / "run.sh").read_text(), (RECIPE / "local" / "stages.sh").read_text()
+    assert 'speed_perturb_factors="0.9 1.0 1.1"' in settings
     assert conf["batch_type"] == "numel"
     copies = sum(1 / f for f in (0.9, 1.0, 1.1))  # a 0.9x copy is 1/0.9 as long
     audio_bins = LIBRISPEECH_TRAIN_HOURS * copies * 3600 * 16000
@@ -692,8 +729,8 @@ def test_full_asr_config_updates():
     total = updates_per_epoch * conf["max_epoch"]
     assert 100_000 <= total < 150_000
     assert conf["scheduler_conf"]["warmup_steps"] < 0.4 * total
-    assert '--train_shape_file "${shapes}/train/${asr_text_shape}"' in run_sh
-    assert "asr_text_shape=text_shape.bpe" in run_sh
+    assert '--train_shape_file "${shapes}/train/${asr_text_shape}"' in stages
+    assert "asr_text_shape=text_shape.bpe" in stages
     comment = path.read_text()
     assert f"{updates_per_epoch:,} updates per epoch" in comment
     assert re.search(rf"= {total:,} updates", comment)
@@ -761,7 +798,8 @@ def test_read_partial_drops_only_a_torn_last_line(tmp_path, capsys):
 
 
 def test_cmd_backends_are_valid_shell():
-    for script in ("run.sh", "path.sh", "cmd.sh", "local/parse_options.sh", "local/run_local.sh",
+    for script in ("run.sh", "path.sh", "cmd.sh", "conf/mini.sh", "conf/micro.sh", "local/stages.sh",
+                   "local/reuse.sh", "local/launch.sh", "local/parse_options.sh", "local/run_local.sh",
                    "local/run_slurm.sh", "local/setup_mini.sh"):
         subprocess.run(["bash", "-n", script], cwd=RECIPE, check=True)
     env = dict(os.environ, cmd_backend="slurm")
@@ -853,12 +891,12 @@ def test_bpemode_unigram_for_librispeech_and_the_mini_keeps_its_bpe(tmp_path):
         model = work / token_dir / "bpe.model"
         assert model.exists() and (work / token_dir / "tokens.txt").exists(), list(work.rglob("bpe.model"))
         assert _is_unigram(model) == unigram, token_dir
-    proc = run_recipe("--workdir", str(tmp_path / "x"), "--bpemode", "word", "--stage", "9", check=False)
+    proc = run_recipe("--workdir", str(tmp_path / "x"), "--bpemode", "word", "--stage", "9", "--stop_stage", "9",
+                      check=False)
     assert proc.returncode != 0 and "--bpemode word: unigram or bpe" in proc.stderr
-    run_sh = (RECIPE / "run.sh").read_text()
-    mini_block = run_sh[run_sh.index('if [ "${mini}" = true ]; then\n    tag=mini'):run_sh.index("else\n    : \"${workdir:=.}\"")]
-    for pinned in (': "${bpemode:=bpe}"', "asr_text_shape=text_shape\n", ': "${max_wav_duration:=none}"'):
-        assert pinned in mini_block, pinned
+    mini = (RECIPE / "conf" / "mini.sh").read_text()
+    for pinned in ("bpemode=bpe", "asr_text_shape=text_shape ", "max_wav_duration=none"):
+        assert pinned in mini, pinned
 
 
 # config names of ESPnet's egs2/librispeech/asr1/conf (202511): ours must not take them
@@ -995,3 +1033,71 @@ def test_asr_sh_nbest_reads_only_the_last_runs_shards(tmp_path):
         (logdir / f"keys.{n}.scp").unlink()
     with pytest.raises(InputError, match="duplicate id 'u3'.*remove the output.N dirs of the earlier run"):
         read_espnet_nbest(tmp_path / "test_other", 2)
+
+
+def test_results_environment_block_as_espnets(tmp_path):
+    """RESULTS.md's "## Environments" (stage 8): ESPnet's lines (date, python, espnet, pytorch, Git hash and
+    commit date) plus the OS, slm_lm's version and the models and configs that made the tables."""
+    import make_results
+    import slm_lm
+    config = tmp_path / "config.yaml"
+    config.write_text("a: 1\n")
+    lines = make_results.environment(make_results.labelled_files([f"ASR config={config}"]))
+    text = "\n".join(lines)
+    assert lines[0] == "## Environments"
+    for key in ("- date: `", "- os: `", "- python version: `", "- espnet version: `espnet ", "- pytorch version: `pytorch ",
+                f"- slm_lm version: `slm_lm {slm_lm.__version__}`", "- Git hash: `", "  - Commit date: `",
+                f"- ASR config: `{config}`"):
+        assert key in text, key
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert f"- Git hash: `{head}`" in text
+    with pytest.raises(InputError, match="no such file"):
+        make_results.labelled_files([f"ASR model={tmp_path / 'none.pth'}"])
+
+
+def test_lm_configs_name_a_size_or_spell_the_shape():
+    """Every LM config of the recipe either names a size (slm_lm.config.SIZES) or spells the whole shape, never a
+    size and then another shape; the micro setting adds no size on top of its config's spelled shape."""
+    from slm_lm.config import SIZES
+    shape = {"n_layers", "d_model", "n_heads", "d_ff"}
+    for path in (RECIPE / "conf").rglob("*.yaml"):
+        lm_conf = (yaml.safe_load(path.read_text()) or {}).get("lm_conf")
+        if lm_conf is None:
+            continue
+        if "size" in lm_conf:
+            assert lm_conf["size"] in SIZES and not shape & set(lm_conf), path
+        else:
+            assert shape <= set(lm_conf), path
+    assert "--lm_conf size=" not in (RECIPE / "conf" / "micro.sh").read_text()
+
+
+def test_conf_comments_point_to_what_exists():
+    """A config's comment that names a config file or a section of a results page names one that exists."""
+    import re
+    pages = {p: (REPO / p).read_text() for p in ("RESULTS.md", "docs/experiments.md")}
+    for path in (RECIPE / "conf").rglob("*.yaml"):
+        text = path.read_text()
+        for m in re.finditer(r"(\S*?)((?:tuning/)?(?:train|decode|finetune)_\w+\.yaml)", text):
+            if "egs2/" not in m.group(1):  # ESPnet's own files are named by their egs2/ path
+                assert (RECIPE / "conf" / m.group(2)).exists(), f"{path}: {m.group(2)}"
+        for page, section in re.findall(r"(RESULTS\.md|docs/experiments\.md),\s*#?\s*\"([^\"]+)\"", text):
+            assert re.search(rf"^#+ {re.escape(section)}", pages[page], re.MULTILINE), f"{path}: {page}, {section}"
+
+
+def test_gutenberg_lm_text_comes_through_slm_data(tmp_path):
+    """--lm_corpus gutenberg: stage 3 reads the books where `slm-data path books` says they are (here
+    $SLM_LM_DATA), not a folder beside the checkout."""
+    work, data_dir = tmp_path / "w", tmp_path / "slm_data"
+    books = data_dir / "text" / "gutenberg"
+    books.mkdir(parents=True)
+    sentences = _sentences(2000, seed=1)
+    with gzip.open(books / "pg1.txt.gz", "wt") as f:
+        f.write("".join(s.capitalize() + ".\n" for s in sentences))
+    for s in ("train", "dev_clean", "dev_other", "test_clean", "test_other"):
+        (work / "data" / s).mkdir(parents=True)
+        (work / "data" / s / "text").write_text("".join(f"{s}-{i:04d} {t}\n" for i, t in enumerate(_sentences(20, seed=2))))
+    (work / "data" / "train" / "text").write_text("".join(f"u{i:04d} {t}\n" for i, t in enumerate(_sentences())))
+    run_recipe("--micro", "true", "--lm_corpus", "gutenberg", "--bpe_size", "40", "--workdir", str(work),
+               "--stage", "2", "--stop_stage", "3", env=dict(os.environ, SLM_LM_DATA=str(data_dir)))
+    assert str(books) in (work / "data" / "lm" / ".done").read_text()
+    assert (work / "data" / "lm" / "train" / "text").stat().st_size > 0

@@ -97,7 +97,7 @@ def parse_args(argv=None):
     prep = sub.add_parser("prepare", help="build the data folder that travels (on CPU)")
     prep.add_argument("--corpus", required=True,
                       help="train.ids.xz, valid.ids.xz, bpe.model, tokens.txt (slm-pretrain encode)")
-    prep.add_argument("--data", required=True, help="the folder to build (git-ignored: it travels as a carry path)")
+    prep.add_argument("--data", required=True, help="the folder to build (git-ignored; copied to the GPU machine with the repository)")
     prep.add_argument("--nbest", help="the N-best set whose unique 10-best texts time the scoring "
                       "(default: dev_other of slm-data get librispeech-nbest)")
     prep.add_argument("--travel-mib", type=float, default=64.0, help="what may travel: repository + --data")
