@@ -321,6 +321,7 @@ def test_am_scores_recompute_the_beam_search_scores_of_stock_nbest(asr_exp, tmp_
         [sys.executable, "-c", "import sys; sys.argv[0] = 'slm-am-scores'; from slm_lm.bin.am_scores import main; "
          "sys.exit(main())", *common, "--wav-scp", str(wav_scp), str(decode)], capture_output=True, text=True)
     assert again.returncode == 0 and not again.stderr.strip(), again.stderr
+    assert again.stdout == "slm-am-scores: every <k>best_recog has its scores already\n"
     assert {p: p.stat().st_mtime_ns for p in decode.rglob("scores")} == written
 
     for p in written:

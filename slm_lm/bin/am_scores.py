@@ -84,7 +84,7 @@ def main(argv=None) -> None:
     try:
         work = todo(args.nbest_dirs)
         if not work:
-            print(f"{PROG}: every <k>best_recog has its scores already", file=sys.stderr)
+            print(f"{PROG}: every <k>best_recog has its scores already")
             return
         wavs = read_table(args.wav_scp)
         from slm_lm.espnet_lm.am_scores import AmScorer
