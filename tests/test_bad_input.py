@@ -696,7 +696,7 @@ def test_make_results_rescored_dir_without_a_tuning_json(tmp_path, tuning, needl
     assert not (tmp_path / "RESULTS.md").exists()
     result = run(sys.executable, RECIPE_LOCAL / "make_results.py", *argv, "--rescored", str(rdir),
                  "--out", tmp_path / "RESULTS.md", cwd=RECIPE_LOCAL)
-    expect_error(result, "make_results.py", f"--rescored {str(rdir)!r}: want NAME=DIR")
+    expect_error(result, "make_results.py", f"--rescored {str(rdir)!r}: want NAME=PATH")
 
 
 # slm-rescore: weights and grids are finite numbers, grids have at most 100,000 values

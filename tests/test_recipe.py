@@ -1042,7 +1042,7 @@ def test_results_environment_block_as_espnets(tmp_path):
     import slm_lm
     config = tmp_path / "config.yaml"
     config.write_text("a: 1\n")
-    lines = make_results.environment(make_results.labelled_files([f"ASR config={config}"]))
+    lines = make_results.environment(make_results.labelled_paths("--files", [f"ASR config={config}"]))
     text = "\n".join(lines)
     assert lines[0] == "## Environments"
     for key in ("- date: `", "- os: `", "- python version: `", "- espnet version: `espnet ", "- pytorch version: `pytorch ",
@@ -1052,7 +1052,9 @@ def test_results_environment_block_as_espnets(tmp_path):
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert f"- Git hash: `{head}`" in text
     with pytest.raises(InputError, match="no such file"):
-        make_results.labelled_files([f"ASR model={tmp_path / 'none.pth'}"])
+        make_results.labelled_paths("--files", [f"ASR model={tmp_path / 'none.pth'}"])
+    with pytest.raises(InputError, match="given twice"):
+        make_results.labelled_paths("--files", [f"ASR config={config}", f"ASR config={config}"])
 
 
 def test_lm_configs_name_a_size_or_spell_the_shape():

@@ -63,17 +63,19 @@ def am_only_hyps(nbest_lists, weights):
     return {uttid: max(hyps, key=lambda h: am_score(h, weights)).text for uttid, hyps in nbest_lists.items()}
 
 
-def rescored_dirs(specs):
-    """{name: directory} of the --rescored NAME=DIR values."""
-    dirs = {}
+def labelled_paths(option, specs, label="NAME"):
+    """{label: Path} of the `option` LABEL=PATH values: each label once, each path existing."""
+    paths = {}
     for spec in specs:
-        name, sep, rdir = spec.partition("=")
-        if not sep or not name or not rdir:
-            raise InputError(f"--rescored {spec!r}: want NAME=DIR")
-        if name in dirs:
-            raise InputError(f"--rescored {spec!r}: the name {name!r} is given twice")
-        dirs[name] = Path(rdir)
-    return dirs
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise InputError(f"{option} {spec!r}: want {label}=PATH")
+        if name in paths:
+            raise InputError(f"{option} {spec!r}: the name {name!r} is given twice")
+        if not Path(path).exists():
+            raise InputError(f"{path}: no such file or directory ({option} {name})")
+        paths[name] = Path(path)
+    return paths
 
 
 def read_tuning(rdir):
@@ -123,19 +125,6 @@ def environment(files):
     return lines
 
 
-def labelled_files(specs):
-    """{label: path} of the --files LABEL=PATH values; each path must exist."""
-    files = {}
-    for spec in specs:
-        label, sep, path = spec.partition("=")
-        if not sep or not label or not path:
-            raise InputError(f"--files {spec!r}: want LABEL=PATH")
-        if not Path(path).exists():
-            raise InputError(f"{path}: no such file (--files {label})")
-        files[label] = path
-    return files
-
-
 def main(argv=None):
     """Command line: build RESULTS.md."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -152,8 +141,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     weights = parse_am_weights(args.am_weights)
     decode_dir, sets = Path(args.decode_dir), args.sets.split()
-    rdirs = rescored_dirs(args.rescored)
-    files = labelled_files(args.files)
+    rdirs = labelled_paths("--rescored", args.rescored)
+    files = labelled_paths("--files", args.files, "LABEL")
     systems = {"baseline (AM only)": {}, **{f"rescored, {name}": {} for name in rdirs},
                f"oracle ({args.nbest}-best)": {}}
     pool = args.pool.split()
