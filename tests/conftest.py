@@ -6,15 +6,26 @@ deterministic algorithms (the `deterministic_algorithms` fixture).
 
 The test data: MIRROR, a data directory beside the checkout (../shared/data), read in place by most tests and
 used as the mirror of `slm-data get` by the `fetched_data` fixture, so that the download path is tested too.
+
+Under pytest-xdist (`local/run_tests.sh`) each worker, and each command a test starts, gets its share of the CPU
+cores as torch/OpenMP threads.
 """
 import os
+import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
 import torch
 
-MIRROR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+REPO = Path(__file__).resolve().parents[1]
+MIRROR = REPO.parent / "shared" / "data"
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    THREADS = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
+    torch.set_num_threads(THREADS)
 
 
 def pytest_addoption(parser):
@@ -57,3 +68,19 @@ def deterministic_algorithms():
     torch.use_deterministic_algorithms(True)
     yield
     torch.use_deterministic_algorithms(before)
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory) -> Path:
+    """The python of a fresh venv holding an installed slm_lm (this checkout, `pip install --prefix`) and,
+    through a path .pth, this environment's packages (torch, ESPnet)."""
+    root = tmp_path_factory.mktemp("installed")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True)
+    python = root / "venv" / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "base_env.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--ignore-installed",
+                    "--prefix", str(root / "venv"), str(REPO)], check=True)
+    assert (site / "slm_lm_espnet_hook.pth").is_file()
+    return python

@@ -13,7 +13,6 @@ from conftest import MIRROR
 from slm_lm import datasets
 from slm_lm.bin import blimp as blimp_cli
 from slm_lm.bin import data as data_cli
-from test_espnet_stock import installed  # noqa: F401 (fixture)
 
 PACKAGE = Path(datasets.__file__).parent
 
@@ -151,7 +150,7 @@ def test_no_default_path_of_the_package_points_beside_the_checkout():
         assert not re.search(r"""["']shared["']|\.\./shared|parents\[\d\]\.parent""", text), path
 
 
-def test_an_installed_package_gets_its_data_and_reads_it_by_default(installed, tmp_path):  # noqa: F811
+def test_an_installed_package_gets_its_data_and_reads_it_by_default(installed, tmp_path):
     """pip-installed (its own python: the scripts of a --prefix install name pip's), run from a folder with
     nothing beside it: `slm-data get` fills the user's cache directory
     from the mirror and `slm-blimp` finds BLiMP there without --data."""

@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -26,22 +25,6 @@ from espnet2.tasks.lm import lm_choices, model_choices
 assert {'slm', 'clm', 'mlm', 'bilm', 'tta'} <= set(lm_choices.classes), sorted(lm_choices.classes)
 assert 'slm_lm' in model_choices.classes, sorted(model_choices.classes)
 """
-
-
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
-    """The python of a fresh venv holding an installed slm_lm (this checkout) and, through a path
-    .pth, this environment's packages (torch, ESPnet)."""
-    root = tmp_path_factory.mktemp("installed")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True)
-    python = root / "venv" / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    (site / "base_env.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--ignore-installed",
-                    "--prefix", str(root / "venv"), str(REPO)], check=True)
-    assert (site / "slm_lm_espnet_hook.pth").is_file()
-    return python
 
 
 def test_editable_install_ships_the_hook(tmp_path):
