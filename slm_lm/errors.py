@@ -1,4 +1,5 @@
 """Errors raised for bad user input, and how the command-line tools report them."""
+import os
 import sys
 
 
@@ -19,6 +20,16 @@ class CommandError(SystemExit):
     def __init__(self, message: str):
         super().__init__(message)
         self.code = 2
+
+
+def os_problem(err: OSError, path=None) -> str:
+    """An OSError in plain words, without Python's `[Errno N]` prefix: its reason ("No such file or
+    directory"), then the file(s) it names other than `path` (which the message names already)."""
+    named = [str(f) for f in (err.filename, err.filename2) if f is not None]
+    if path is not None:
+        named = [f for f in named if os.path.abspath(f) != os.path.abspath(path)]
+    reason = err.strerror or str(err)
+    return f"{reason}: {', '.join(named)}" if named else reason
 
 
 def yaml_problem(err) -> str:
