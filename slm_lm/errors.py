@@ -41,7 +41,11 @@ def yaml_problem(err) -> str:
 
 def fail(prog: str, message) -> None:
     """Print ``prog: error: message`` on stderr (one line, no traceback) and exit with status 2; a message
-    of several lines (e.g. a YAML parser's, with its pointer to the column) is joined into one."""
+    of several lines (e.g. a YAML parser's, with its pointer to the column) is joined into one; an OSError is
+    ``FILE: reason``, without Python's ``[Errno N]``."""
+    if isinstance(message, OSError):
+        reason = os_problem(message, message.filename)
+        message = f"{message.filename}: {reason}" if message.filename is not None else reason
     text = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
     line = f"{prog}: error: {text}"
     print(line, file=sys.stderr)

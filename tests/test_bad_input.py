@@ -755,6 +755,9 @@ def wrong_path_case(case, tmp_path, tiny_model, pretrain_data):
     if case == "average-models --out under /proc":
         return "average_models", ["--model", tiny_model, "--model", tiny_model, "--out", "/proc/slm_avg"], \
             ["--out /proc/slm_avg: cannot write"]
+    if case == "average-models --out of a name over 255 bytes":
+        return "average_models", ["--model", tiny_model, "--model", tiny_model, "--out", tmp_path / ("a" * 300)], \
+            [f"{tmp_path / ('a' * 300)}: File name too long"]
     if case == "blimp paradigm that is a directory":
         (adir / "x.jsonl").mkdir()
         return "blimp", ["--model", tiny_model, "--data", adir, "--out", out], \
@@ -778,8 +781,8 @@ def wrong_path_case(case, tmp_path, tiny_model, pretrain_data):
 @pytest.mark.parametrize("case", [
     "rescore --dev-ref DIR", "rescore --cache under /proc", "rescore-mt --dev DIR", "compare-wer --ref dangling link",
     "train-bpe --text DIR", "score --model FILE", "average-models --model missing", "average-models --out under /proc",
-    "blimp paradigm that is a directory", "zero-shot --out under a file", "data get --dir under a file",
-    "pretrain train checkpoint.pt that is a directory"])
+    "average-models --out of a name over 255 bytes", "blimp paradigm that is a directory",
+    "zero-shot --out under a file", "data get --dir under a file", "pretrain train checkpoint.pt that is a directory"])
 def test_a_wrong_path_is_named_with_a_plain_reason(tmp_path, tiny_model, pretrain_data, case):
     """The message names the file and says in plain words what is wrong with it: not `file not found` for a
     directory, nor Python's `[Errno 21] Is a directory: '...'`, nor a traceback."""
