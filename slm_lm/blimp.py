@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, os_problem
 from slm_lm.fileio import write_atomic
 from slm_lm.score_cache import LocatedScorer, lm_scores
 from slm_lm.text_norm import normalize_librispeech
@@ -77,7 +77,9 @@ def read_paradigm(path, limit: int | None = None) -> list:
     pairs, seen = [], {}
     try:
         lines = path.read_text(encoding="utf-8-sig").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {os_problem(e, path)}") from None
+    except UnicodeDecodeError as e:
         raise InputError(f"{path}: cannot read: {e}") from None
     for number, line in enumerate(lines, 1):
         if limit is not None and len(pairs) == limit:

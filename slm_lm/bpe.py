@@ -15,6 +15,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from slm_lm.errors import InputError
+from slm_lm.fileio import why_not
 from slm_lm.outputs import check_no_overlap, check_output_dir
 from slm_lm.tokenizer import BLANK, MASK, SOS_EOS, UNK, Tokenizer
 
@@ -62,7 +63,7 @@ def train_bpe(text, out_dir, vocab_size: int = 5000, input_sentence_size: int = 
     if model_type not in ("bpe", "unigram"):
         raise InputError(f"model_type {model_type!r}: 'unigram' or 'bpe'")
     if not text.is_file():
-        raise InputError(f"{text}: training text not found")
+        raise InputError(f"{text}: {why_not(text, 'training text')}")
     _check_text(text, 1000)
     _check_out_dir(out_dir, text)
     try:

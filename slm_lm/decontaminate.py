@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from slm_lm.errors import InputError
-from slm_lm.fileio import read_text_lines
+from slm_lm.fileio import read_text_lines, why_not
 from slm_lm.text_norm import normalize_librispeech
 
 __all__ = ["ExclusionSet", "NgramFilter", "load_exclusion"]
@@ -53,7 +53,7 @@ def load_exclusion(paths: list[Path], n: int) -> ExclusionSet:
     for path in paths:
         path = Path(path)
         if not path.is_file():
-            raise InputError(f"{path}: transcript file not found")
+            raise InputError(f"{path}: {why_not(path, 'transcript file')}")
         info = Counter()
         for number, uttid, text in _transcript_lines(path):
             words = normalize_librispeech(text).split()

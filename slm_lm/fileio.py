@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, os_problem
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -156,11 +156,28 @@ def read_text_lines(path) -> Iterator[tuple[int, str]]:
                 raise InputError(f"{path}:{number}: not UTF-8 text ({e.reason} at byte {e.start + 1} of the line)"
                                  ) from None
             yield number, line.rstrip("\r\n")
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
-        raise InputError(f"{path}:{number + 1}: cannot read: {e}") from None
+    except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
+        raise InputError(f"{path}:{number + 1}: cannot read: "
+                         f"{os_problem(e, path) if isinstance(e, OSError) else e}") from None
     finally:
         if handle is not sys.stdin.buffer:
             handle.close()
+
+
+def why_not(path, what: str) -> str:
+    """Why `path`, which a command wants as a `what` ("reference file", "model directory"), is not one, in
+    plain words: a directory or a file where the other is wanted, a FIFO or device, a link to nothing, or
+    nothing at all."""
+    path = Path(path)
+    if path.is_dir():
+        return "is a directory, not a file"
+    if path.is_file():
+        return "is a file, not a directory"
+    if path.exists():
+        return "not a regular file nor a directory (a FIFO, device or socket)"
+    if path.is_symlink():
+        return f"{what} not found (a link to {os.readlink(path)}, which does not exist)"
+    return f"{what} not found"
 
 
 def check_readable(path) -> None:

@@ -27,7 +27,8 @@ import torch
 from slm_lm import pretrained
 from slm_lm.config import KINDS, MASK_KINDS, LMConfig, lm_config
 from slm_lm.errors import InputError
-from slm_lm.fileio import atomic_open, check_readable, decode_utf8, read_json, read_small_file, write_atomic
+from slm_lm.fileio import (atomic_open, check_readable, decode_utf8, read_json, read_small_file, why_not,
+                           write_atomic)
 from slm_lm.hf import HFTokenizer
 from slm_lm.models import LanguageModel, model_from_config
 from slm_lm.tokenizer import BPE_MODEL_FILE, MASK, TOKEN_LIST_FILE, Tokenizer
@@ -165,6 +166,8 @@ def load_pretrained(directory) -> tuple:
     check.
     """
     directory = Path(directory)
+    if not directory.is_dir():
+        raise InputError(f"{directory}: {why_not(directory, 'model directory')}")
     weights = directory / SAFETENSORS_FILE
     if not weights.exists():
         weights = directory / WEIGHTS_FILE
@@ -330,7 +333,7 @@ def resolve(spec) -> Path:
         directory = pretrained.path(str(spec))
     if not directory.is_dir():
         known = ", ".join(pretrained.names()) or "none"
-        raise InputError(f"{directory}: model directory not found (shipped models: {known})")
+        raise InputError(f"{directory}: {why_not(directory, 'model directory')} (shipped models: {known})")
     return directory
 
 

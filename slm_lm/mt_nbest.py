@@ -145,8 +145,7 @@ def load_mt_nbest(path: str | Path, ref: str | Path, fmt: str = "auto", hyp_line
     line, and the other way round. ``bpe``: :func:`remove_bpe` on the hypotheses (references are as in
     ``ref``)."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: N-best file not found")
+    require_file(path, "N-best file")
     if nbest is not None and nbest < 1:
         raise InputError(f"--nbest: must be >= 1, got {nbest}")
     if fmt not in FORMATS or hyp_lines not in HYP_LINES:

@@ -13,7 +13,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, os_problem
 from slm_lm.fileio import write_atomic
 
 _JOURNAL_SUFFIX = ".swap"  # `.<command>.XXXX.swap/`: a run's new entries, the old ones it replaces, its plan
@@ -131,8 +131,8 @@ def finish_interrupted(out, command: str) -> None:
                 _roll_forward(journal, out, command)
             shutil.rmtree(journal)
         except OSError as err:
-            raise InputError(f"{journal}: cannot finish an interrupted run of {command} ({err}); its outputs "
-                             f"and the earlier run's are in {journal}") from None
+            raise InputError(f"{journal}: cannot finish an interrupted run of {command} ({os_problem(err)}); its "
+                             f"outputs and the earlier run's are in {journal}") from None
         finally:
             os.close(fd)
 
@@ -176,7 +176,7 @@ def staged_outputs(option: str, out, names, own, command: str):
         yield journal / "new"
         _install(journal, out, own, command)
     except OSError as err:
-        raise InputError(f"{option} {out}: cannot write the outputs ({err}); it is as it was") from None
+        raise InputError(f"{option} {out}: cannot write the outputs ({os_problem(err)}); it is as it was") from None
     finally:
         if journal is not None and not (journal / _PLAN).exists():  # else a failed roll-back: kept, named
             shutil.rmtree(journal, ignore_errors=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, os_problem
 
 
 class LMScoreCache:
@@ -64,19 +64,22 @@ class LMScoreCache:
         """Record new scores: appended to the file in one write under an exclusive lock."""
         self.scores.update(scores)
         data = "".join(json.dumps([t, v], ensure_ascii=False) + "\n" for t, v in scores.items()).encode("utf-8")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "ab+") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            size = handle.seek(0, os.SEEK_END)
-            if size:
-                handle.seek(size - 1)
-                if handle.read(1) != b"\n":  # a run killed mid-write left a partial line: drop it
-                    handle.seek(0)
-                    handle.truncate(handle.read().rfind(b"\n") + 1)
-            if handle.seek(0, os.SEEK_END) == 0:
-                data = json.dumps({"model": self.model_name}, ensure_ascii=False).encode("utf-8") + b"\n" + data
-            handle.write(data)
-            handle.flush()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "ab+") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                size = handle.seek(0, os.SEEK_END)
+                if size:
+                    handle.seek(size - 1)
+                    if handle.read(1) != b"\n":  # a run killed mid-write left a partial line: drop it
+                        handle.seek(0)
+                        handle.truncate(handle.read().rfind(b"\n") + 1)
+                if handle.seek(0, os.SEEK_END) == 0:
+                    data = json.dumps({"model": self.model_name}, ensure_ascii=False).encode("utf-8") + b"\n" + data
+                handle.write(data)
+                handle.flush()
+        except OSError as err:
+            raise InputError(f"{self.path}: cannot write the LM score cache: {os_problem(err, self.path)}") from None
 
 
 class LocatedScorer:

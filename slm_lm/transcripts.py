@@ -9,15 +9,16 @@ import re
 from pathlib import Path
 
 from slm_lm.errors import InputError
-from slm_lm.fileio import atomic_open, decode_utf8
+from slm_lm.fileio import atomic_open, decode_utf8, why_not
 
 _TRN_LINE = re.compile(r"^(.*)\(([^()\s]+)\)\s*$")
 
 
 def require_file(path: Path, what: str) -> None:
-    """InputError ``<path>: <what> not found`` unless ``path`` is a file."""
-    if not path.is_file():
-        raise InputError(f"{path}: {what} not found")
+    """InputError ``<path>: <what> not found`` (or ``is a directory, not a <what>``, ...) unless ``path`` is a
+    regular file."""
+    if not Path(path).is_file():
+        raise InputError(f"{path}: {why_not(path, what)}")
 
 
 def read_nonblank_lines(path: Path) -> list[tuple[int, str]]:

@@ -719,3 +719,74 @@ def test_rescore_refuses_non_finite_weights_and_huge_grids(tmp_path, option, val
     result = cli("rescore", *rescore_argv(tsv, ref, tmp_path / "out", f"{option}={value}"))
     expect_error(result, "slm-rescore", f"{option}: {needle}")
     assert snapshot(tmp_path) == before and not (tmp_path / "out").exists()
+
+
+# A path that is missing, of the wrong kind or cannot be written: the file and a plain reason, never `[Errno N]`
+
+def wrong_path_case(case, tmp_path, tiny_model, pretrain_data):
+    """(command module, its arguments, the program name, the needles of its message) of one case."""
+    adir, afile, dangling = tmp_path / "adir", tmp_path / "afile", tmp_path / "dangling"
+    adir.mkdir()
+    afile.write_text(TEXT)
+    dangling.symlink_to(tmp_path / "nowhere")
+    tsv, ref = write_nbest(tmp_path / "nbest")
+    text, out = tmp_path / "text.txt", tmp_path / "out"
+    text.write_text(TEXT)
+    rescore = ["--dev", tsv, "--dev-ref", ref, "--lm", tiny_model, "--no-progress", "--lambda-range", "0:1:0.5"]
+    if case == "rescore --dev-ref DIR":
+        return "rescore", [*rescore[:2], "--dev-ref", adir, *rescore[4:], "--out", out], \
+            [f"{adir}: is a directory, not a file"]
+    if case == "rescore --cache under /proc":  # scored, then the cache cannot be written (it was a traceback)
+        return "rescore", [*rescore, "--cache", "/proc/slm_cache", "--out", out], ["/proc/slm_cache"]
+    if case == "rescore-mt --dev DIR":
+        return "rescore_mt", ["--dev", adir, "--dev-ref", ref, "--lm", tiny_model, "--out", out], \
+            [f"{adir}: is a directory, not a file"]
+    if case == "compare-wer --ref dangling link":
+        return "compare_wer", ["--ref", dangling, "--hyp", f"A={ref}", "--hyp", f"B={ref}"], \
+            [f"{dangling}: file not found (a link to {tmp_path / 'nowhere'}, which does not exist)"]
+    if case == "train-bpe --text DIR":
+        return "train_bpe", ["--text", adir, "--vocab-size", "40", "--out", out], \
+            [f"{adir}: is a directory, not a file"]
+    if case == "score --model FILE":
+        return "score", ["--model", afile, "--input", text, "--output", out], [f"{afile}: is a file, not a directory"]
+    if case == "average-models --model missing":
+        return "average_models", ["--model", tmp_path / "missing", "--model", tiny_model, "--out", out], \
+            [f"{tmp_path / 'missing'}: model directory not found"]
+    if case == "average-models --out under /proc":
+        return "average_models", ["--model", tiny_model, "--model", tiny_model, "--out", "/proc/slm_avg"], \
+            ["--out /proc/slm_avg: cannot write"]
+    if case == "average-models --out of a name over 255 bytes":
+        return "average_models", ["--model", tiny_model, "--model", tiny_model, "--out", tmp_path / ("a" * 300)], \
+            [f"{tmp_path / ('a' * 300)}: File name too long"]
+    if case == "blimp paradigm that is a directory":
+        (adir / "x.jsonl").mkdir()
+        return "blimp", ["--model", tiny_model, "--data", adir, "--out", out], \
+            [f"{adir / 'x.jsonl'}: cannot read: Is a directory"]
+    if case == "zero-shot --out under a file":  # refused before scoring ("File exists" after it)
+        data = tmp_path / "d.tsv"
+        data.write_text("AND GOD SAW THE LIGHT\tLIGHT\nTHE EARTH WAS VOID\tVOID\n")
+        return "zero_shot", ["--data", data, "--labels", "LIGHT,VOID", "--pattern", "{text} {label}",
+                             "--model", tiny_model, "--out", afile / "x", "--no-progress"], \
+            [f"--out {afile / 'x'}: cannot write: {afile} is a file, not a directory"]
+    if case == "data get --dir under a file":
+        return "data", ["get", "--mirror", adir, "--dir", afile / "x", "--no-progress", "blimp"], \
+            [f"--dir {afile / 'x'}: cannot write: {afile} is a file, not a directory"]
+    if case == "pretrain train checkpoint.pt that is a directory":
+        (out / "checkpoint.pt").mkdir(parents=True)
+        return "pretrain", pretrain_argv(pretrain_data[0], out), \
+            [f"{out / 'checkpoint.pt'}: cannot read the checkpoint: Is a directory"]
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", [
+    "rescore --dev-ref DIR", "rescore --cache under /proc", "rescore-mt --dev DIR", "compare-wer --ref dangling link",
+    "train-bpe --text DIR", "score --model FILE", "average-models --model missing", "average-models --out under /proc",
+    "average-models --out of a name over 255 bytes", "blimp paradigm that is a directory",
+    "zero-shot --out under a file", "data get --dir under a file", "pretrain train checkpoint.pt that is a directory"])
+def test_a_wrong_path_is_named_with_a_plain_reason(tmp_path, tiny_model, pretrain_data, case):
+    """The message names the file and says in plain words what is wrong with it: not `file not found` for a
+    directory, nor Python's `[Errno 21] Is a directory: '...'`, nor a traceback."""
+    module, argv, needles = wrong_path_case(case, tmp_path, tiny_model, pretrain_data)
+    result = cli(module, *argv)
+    line = expect_error(result, f"slm-{module.replace('_', '-')}", *needles)
+    assert "[Errno" not in line, line

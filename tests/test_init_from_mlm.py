@@ -164,7 +164,7 @@ def test_cli_espnet_init_param(mlm_dir, hf_dirs, tmp_path):
 
 
 def test_cli_errors(tmp_path, capsys):
-    with pytest.raises(SystemExit, match="no such model directory, and no shipped model of that name"):
+    with pytest.raises(SystemExit, match="model directory not found, and no shipped model of that name"):
         init_slm.main(["--from", str(tmp_path / "nope"), "--out", str(tmp_path / "out")])
     (tmp_path / "gpt").mkdir()
     (tmp_path / "gpt" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
 from slm_lm.nbest import espnet_hypothesis_dirs
-from slm_lm.transcripts import read_keyed, read_table
+from slm_lm.transcripts import read_keyed, read_table, require_file
 from slm_lm.options import Parser
 
 PROG = "slm-am-scores"
@@ -87,11 +87,10 @@ def main(argv=None) -> None:
             print(f"{PROG}: every <k>best_recog has its scores already")
             return
         wavs = read_table(args.wav_scp)
+        for path in (args.asr_config, args.asr_model):  # before ESPnet is imported (it may print on stderr)
+            require_file(path, "file")
         from slm_lm.espnet_lm.am_scores import AmScorer
 
-        for path in (args.asr_config, args.asr_model):
-            if not Path(path).is_file():
-                raise InputError(f"{path}: file not found")
         write_scores(work, AmScorer(args.asr_config, args.asr_model, args.device), wavs, args.wav_scp)
     except InputError as e:
         fail(PROG, e)

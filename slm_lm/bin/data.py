@@ -14,6 +14,7 @@ import argparse
 from slm_lm import datasets
 from slm_lm.errors import InputError, fail
 from slm_lm.options import Parser
+from slm_lm.outputs import check_output_dir
 
 
 def parse_args(argv=None):
@@ -38,6 +39,7 @@ def main(argv=None):
         return
     for name in args.names:
         try:
+            check_output_dir("--dir", datasets.data_dir(args.dir), (), (), "slm-data")
             where = datasets.get(name, args.dir, args.mirror, progress=not args.no_progress)
         except InputError as e:
             fail("slm-data", e)

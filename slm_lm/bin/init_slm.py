@@ -17,6 +17,7 @@ import argparse
 from pathlib import Path
 
 from slm_lm.errors import InputError, fail
+from slm_lm.fileio import why_not
 from slm_lm.options import Parser
 from slm_lm.outputs import check_no_overlap, check_output_dir
 
@@ -61,7 +62,7 @@ def main(argv=None):
     source, out = Path(args.source), Path(args.out)
     try:
         if not source.is_dir() and pretrained.path(args.source) is None:
-            raise InputError(f"{source}: no such model directory, and no shipped model of that name")
+            raise InputError(f"{source}: {why_not(source, 'model directory')}, and no shipped model of that name")
         check_no_overlap("--out", out, input_paths(source if source.is_dir() else pretrained.path(args.source)))
         check_output_dir("--out", out, (), (), PROG)
         hf = is_hf_model_dir(source)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from slm_lm.errors import InputError, fail
+from slm_lm.errors import InputError, fail, os_problem
 from slm_lm.fileio import write_atomic
 from slm_lm.options import Parser, number
 from slm_lm.outputs import check_no_overlap, check_output_file
@@ -101,7 +101,7 @@ def main(argv=None) -> None:
     try:
         write_atomic(out, table)
     except OSError as err:
-        fail("slm-pairwise-preference", f"--out {args.out}: cannot write: {err}")
+        fail("slm-pairwise-preference", f"--out {args.out}: cannot write: {os_problem(err, args.out)}")
     print(table, end="")
 
 

@@ -2,7 +2,7 @@
 
 import json
 
-from slm_lm.errors import InputError, fail
+from slm_lm.errors import InputError, fail, os_problem
 from slm_lm.lm_text import PrepConfig, prepare_lm_text
 from slm_lm.options import Parser, number
 
@@ -40,7 +40,7 @@ def main(argv=None):
     except InputError as e:
         fail("slm-prepare-lm-text", e)
     except OSError as e:  # e.g. writing into a read-only directory, a full disk
-        fail("slm-prepare-lm-text", f"{e.filename or args.out}: {e.strerror or e}")
+        fail("slm-prepare-lm-text", f"--out {args.out}: cannot write: {os_problem(e, args.out)}")
     totals, split = report["totals"], report["split"]
     print(json.dumps({
         "files": len(report["inputs"]), "words_in": totals.get("words_in", 0),

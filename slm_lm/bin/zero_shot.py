@@ -14,13 +14,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from slm_lm.errors import InputError, fail
+from slm_lm.errors import InputError, fail, os_problem
 from slm_lm.fileio import write_atomic
 from slm_lm.precision import DTYPE_CHOICES, device_option
 from slm_lm.score_cache import LocatedScorer, lm_scores
 from slm_lm.tokenizer import UNKNOWN_CHOICES
 from slm_lm.zero_shot import check_pattern, classify, parse_label_words, predictions_tsv, read_examples, sentences
 from slm_lm.options import Parser
+from slm_lm.outputs import check_output_file
 
 PROG = "slm-zero-shot"
 
@@ -53,8 +54,7 @@ def main(argv=None) -> None:
     try:
         if Path(args.out).resolve() == Path(args.data).resolve():
             raise InputError(f"--out {args.out} is the --data file: it would be replaced; choose another name")
-        if Path(args.out).is_dir():
-            raise InputError(f"--out {args.out}: is a directory, not a file")
+        out = check_output_file("--out", args.out)  # before any scoring: not a directory, nor under a file
         patterns = [check_pattern(p) for p in args.pattern]
         words = parse_label_words(args.labels)
         examples = read_examples(args.data)
@@ -68,9 +68,9 @@ def main(argv=None) -> None:
         table = lm_scores(LocatedScorer(scorer, where), list(where), args.cache, progress=not args.no_progress)
         results = classify(examples, patterns, words, table)
         try:
-            write_atomic(args.out, predictions_tsv(examples, results, list(words)))
+            write_atomic(out, predictions_tsv(examples, results, list(words)))
         except OSError as err:
-            raise InputError(f"--out {args.out}: cannot write the predictions: {err.strerror or err}") from None
+            raise InputError(f"--out {args.out}: cannot write the predictions: {os_problem(err, out)}") from None
     except InputError as err:
         fail(PROG, err)
     print(f"{len(examples)} examples, labels {', '.join(f'{k}={v}' for k, v in words.items())}, model {scorer.name}")

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, os_problem
 from slm_lm.fileio import atomic_open, read_text_lines, write_atomic
 from slm_lm.tokenizer import Tokenizer
 
@@ -105,7 +105,8 @@ def read_ids(path, tokenizer: Tokenizer | None = None) -> np.ndarray:
         data = path.read_bytes()
         array = np.frombuffer(lzma.decompress(data), dtype="<u2")
     except (OSError, lzma.LZMAError) as e:
-        raise InputError(f"{path}: cannot read the encoded corpus: {e}") from None
+        reason = os_problem(e, path) if isinstance(e, OSError) else e
+        raise InputError(f"{path}: cannot read the encoded corpus: {reason}") from None
     if len(array) == 0 or array[-1] != 0:
         raise InputError(f"{path}: not an encoded corpus (must end with a 0 separator)")
     if tokenizer is not None:

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from slm_lm import model_dir
 from slm_lm.config import LMConfig
-from slm_lm.errors import InputError
+from slm_lm.errors import InputError, os_problem
 from slm_lm.fileio import atomic_open, exclusive_dir_lock, write_atomic
 from slm_lm.models import model_from_config
 from slm_lm.precision import autocast, resolve_dtype
@@ -181,7 +181,8 @@ def read_checkpoint(path, device) -> dict:
     try:
         return torch.load(path, map_location=device, weights_only=True)
     except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError) as e:
-        raise InputError(f"{path}: cannot read the checkpoint: {e}") from None
+        raise InputError(f"{path}: cannot read the checkpoint: "
+                         f"{os_problem(e, path) if isinstance(e, OSError) else e}") from None
 
 
 def check_identity(path, saved: dict, identity: dict) -> None:

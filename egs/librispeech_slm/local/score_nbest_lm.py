@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from slm_lm.errors import InputError, fail
+from slm_lm.errors import InputError, fail, os_problem
 from slm_lm.nbest import load_nbest, normalize_nbest
 from slm_lm.score_cache import LMScoreCache, lm_scores
 from slm_lm.text_norm import normalize_librispeech
@@ -26,7 +26,7 @@ def read_keys(path):
     try:
         return {line.split()[0] for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()}
     except OSError as e:
-        raise InputError(f"{path}: cannot read the key file: {e}") from None
+        raise InputError(f"{path}: cannot read the key file: {os_problem(e, path)}") from None
 
 
 def score_shard(args):
