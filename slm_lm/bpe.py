@@ -14,8 +14,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from slm_lm.errors import InputError
-from slm_lm.fileio import why_not
+from slm_lm.errors import InputError, os_problem
+from slm_lm.fileio import new_directory, why_not
 from slm_lm.outputs import check_no_overlap, check_output_dir
 from slm_lm.tokenizer import BLANK, MASK, SOS_EOS, UNK, Tokenizer
 
@@ -67,11 +67,10 @@ def train_bpe(text, out_dir, vocab_size: int = 5000, input_sentence_size: int = 
     _check_text(text, 1000)
     _check_out_dir(out_dir, text)
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        tokenizer = _train(text, out_dir, vocab_size, input_sentence_size, seed, num_threads, model_type)
+        with new_directory(out_dir):
+            return _train(text, out_dir, vocab_size, input_sentence_size, seed, num_threads, model_type)
     except OSError as e:
-        raise InputError(f"{out_dir}: cannot write the tokenizer: {e.strerror or e}") from None
-    return tokenizer
+        raise InputError(f"{out_dir}: cannot write the tokenizer: {os_problem(e, out_dir)}") from None
 
 
 def _train(text: Path, out_dir: Path, vocab_size: int, input_sentence_size: int, seed: int,
@@ -89,7 +88,11 @@ def _train(text: Path, out_dir: Path, vocab_size: int, input_sentence_size: int,
             )
         except RuntimeError as e:
             raise InputError(f"{text}: sentencepiece training failed: {e}") from None
-        sp = spm.SentencePieceProcessor(model_file=str(prefix) + ".model")
+        try:
+            sp = spm.SentencePieceProcessor(model_file=str(prefix) + ".model")
+        except RuntimeError:  # sentencepiece does not report a failed write (a full disk): the file is cut short
+            raise InputError(f"{out_dir}: cannot write the tokenizer: sentencepiece's model file came out "
+                             "unreadable (a full disk?)") from None
         pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())
                   if not (sp.is_unknown(i) or sp.is_control(i))]
         tokenizer = Tokenizer(str(prefix) + ".model", [BLANK, UNK, *pieces, MASK, SOS_EOS])
