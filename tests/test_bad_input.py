@@ -905,3 +905,26 @@ def test_a_write_refused_for_room_is_one_line_and_leaves_nothing(tmp_path, tiny_
     assert len(errors) == 1 and errors[0].endswith(reason), result.stderr[-3000:]  # the rest: progress bars
     assert errors[0].startswith(f"slm-{module.replace('_', '-')}: error: {named.format(**values)}"), errors[0]
     assert list(out.iterdir()) == [], sorted(out.rglob("*"))
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+def test_an_output_that_cannot_be_written_says_whether_the_file_system_is_read_only(tmp_path, monkeypatch,
+                                                                                      read_only):
+    """Root ignores permission bits, so the refusal is staged: `os.access` says no, and statvfs says whether the
+    file system is mounted read-only (found by hand on a read-only tmpfs: it was "permission denied")."""
+    from slm_lm import outputs
+
+    from types import SimpleNamespace
+
+    statvfs = os.statvfs
+
+    def flags(path):
+        return SimpleNamespace(f_flag=statvfs(path).f_flag | (os.ST_RDONLY if read_only else 0))
+
+    monkeypatch.setattr(outputs.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(outputs.os, "statvfs", flags)
+    reason = "a read-only file system" if read_only else "permission denied"
+    for check in (lambda: outputs.check_output_file("--out", tmp_path / "x.tsv"),
+                  lambda: outputs.check_output_dir("--out", tmp_path / "d", (), (), "slm-test")):
+        with pytest.raises(slm_lm.errors.InputError, match=f"cannot write in {tmp_path} \\({reason}\\)"):
+            check()

@@ -4,8 +4,9 @@ Writes `out_dir`/checkpoint.pt (resume: the model, the optimizer, the loop state
 the training draws from, and what the run is: kind, model config, seed, tokenizer), curve.tsv (budget minutes,
 updates, tokens, train and valid CE; with `content_loss` the train column is the whole objective per
 query-stream token) and the scoring-ready `out_dir`/model/ (see `export`) with its card (training.json), all
-refreshed at every validation (model/ as a whole: `install_model`). One run writes into `out_dir` at a time (`slm_lm.fileio.exclusive_dir_lock`);
-resuming a checkpoint with another kind, model shape, dropout, seed or tokenizer is refused.
+refreshed at every validation (model/ as a whole: `install_model`). One run writes into `out_dir` at a time
+(`slm_lm.fileio.exclusive_dir_lock`); resuming a checkpoint with another kind, model shape, dropout, seed or
+tokenizer is refused.
 """
 import pickle
 import random
@@ -269,7 +270,6 @@ class _TrainingRun:
     def __init__(self, settings: PretrainSettings):
         s = self.settings = settings
         data_dir, self.out_dir = Path(s.data_dir), Path(s.out_dir)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
         finish_interrupted(self.out_dir, COMMAND)  # an export that a kill interrupted: completed or undone
         if s.threads:
             torch.set_num_threads(s.threads)
