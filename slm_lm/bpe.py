@@ -14,29 +14,24 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from slm_lm.errors import InputError
-from slm_lm.fileio import why_not
+from slm_lm.errors import InputError, os_problem
+from slm_lm.fileio import new_directory, read_text_lines, why_not
 from slm_lm.outputs import check_no_overlap, check_output_dir
 from slm_lm.tokenizer import BLANK, MASK, SOS_EOS, UNK, Tokenizer
 
 __all__ = ["train_bpe"]
 
-_CLEAN_LINE = re.compile(r"[A-Z']+(?: [A-Z']+)*\n?")
+_CLEAN_LINE = re.compile(r"[A-Z']+(?: [A-Z']+)*")
 
 
-def _check_text(path: Path, lines_to_check: int) -> None:
-    """The file must be non-empty and its first lines normalised sentences (slm-prepare-lm-text output)."""
+def _check_text(path: Path) -> None:
+    """The file must be non-empty UTF-8 and every line a normalised sentence (slm-prepare-lm-text output);
+    sentencepiece would otherwise skip or mangle a bad line without a word."""
     number = 0
-    try:
-        with open(path, encoding="utf-8-sig") as handle:
-            for number, line in enumerate(handle, 1):
-                if number > lines_to_check:
-                    break
-                if not _CLEAN_LINE.fullmatch(line):
-                    raise InputError(f"{path}:{number}: not a normalised sentence (A-Z, apostrophes, single "
-                                     f"spaces): {line[:80]!r}")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read the training text: {e}") from None
+    for number, line in read_text_lines(path):
+        if not _CLEAN_LINE.fullmatch(line):
+            raise InputError(f"{path}:{number}: not a normalised sentence (A-Z, apostrophes, single "
+                             f"spaces): {line[:80]!r}")
     if number == 0:
         raise InputError(f"{path}: training text is empty")
 
@@ -64,14 +59,13 @@ def train_bpe(text, out_dir, vocab_size: int = 5000, input_sentence_size: int = 
         raise InputError(f"model_type {model_type!r}: 'unigram' or 'bpe'")
     if not text.is_file():
         raise InputError(f"{text}: {why_not(text, 'training text')}")
-    _check_text(text, 1000)
+    _check_text(text)
     _check_out_dir(out_dir, text)
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        tokenizer = _train(text, out_dir, vocab_size, input_sentence_size, seed, num_threads, model_type)
+        with new_directory(out_dir):
+            return _train(text, out_dir, vocab_size, input_sentence_size, seed, num_threads, model_type)
     except OSError as e:
-        raise InputError(f"{out_dir}: cannot write the tokenizer: {e.strerror or e}") from None
-    return tokenizer
+        raise InputError(f"{out_dir}: cannot write the tokenizer: {os_problem(e, out_dir)}") from None
 
 
 def _train(text: Path, out_dir: Path, vocab_size: int, input_sentence_size: int, seed: int,
@@ -89,7 +83,11 @@ def _train(text: Path, out_dir: Path, vocab_size: int, input_sentence_size: int,
             )
         except RuntimeError as e:
             raise InputError(f"{text}: sentencepiece training failed: {e}") from None
-        sp = spm.SentencePieceProcessor(model_file=str(prefix) + ".model")
+        try:
+            sp = spm.SentencePieceProcessor(model_file=str(prefix) + ".model")
+        except RuntimeError:  # sentencepiece does not report a failed write (a full disk): the file is cut short
+            raise InputError(f"{out_dir}: cannot write the tokenizer: sentencepiece's model file came out "
+                             "unreadable (a full disk?)") from None
         pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())
                   if not (sp.is_unknown(i) or sp.is_control(i))]
         tokenizer = Tokenizer(str(prefix) + ".model", [BLANK, UNK, *pieces, MASK, SOS_EOS])

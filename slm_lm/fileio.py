@@ -22,21 +22,45 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a write refused for room: the file written is to blame
+
+
+@contextmanager
+def new_directory(path):
+    """Create the directory `path` (and its missing parents) for the block; if the block fails, remove those
+    it created that are still empty, so that a failed command leaves no empty directory behind."""
+    path = Path(path)
+    created = [d for d in [path, *path.parents] if not d.exists()]
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        yield path
+    except BaseException:
+        for directory in created:  # the deepest first
+            try:
+                directory.rmdir()
+            except OSError:  # not empty (resumable state, another writer's files) or gone
+                break
+        raise
+
+
 @contextmanager
 def atomic_open(path, mode: str = "w"):
-    """Open a temporary file for writing (text mode is UTF-8); on success it replaces `path`."""
+    """Open a temporary file for writing (text mode is UTF-8); on success it replaces `path`. A write refused
+    for room (a full disk, a quota, a size limit) raises an OSError naming `path`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
-            yield handle
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with new_directory(path.parent):
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
+                yield handle
+            os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the usual permissions
+            os.replace(tmp, path)
+        except BaseException as err:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            if isinstance(err, OSError) and err.filename is None and err.errno in _NO_ROOM:
+                raise OSError(err.errno, err.strerror, str(path)) from None
+            raise
 
 
 def write_atomic(path, data) -> None:
@@ -95,8 +119,11 @@ def exclusive_dir_lock(directory, command: str):
             break
         os.close(fd)
     try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{command} (pid {os.getpid()} on {socket.gethostname()})\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{command} (pid {os.getpid()} on {socket.gethostname()})\n".encode())
+        except OSError as e:  # a full disk
+            raise InputError(f"{lock}: cannot write the lock file: {os_problem(e, lock)}") from None
         yield lock
     finally:
         try:

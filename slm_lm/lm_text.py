@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from slm_lm.decontaminate import ExclusionSet, NgramFilter, load_exclusion
 from slm_lm.errors import InputError
-from slm_lm.fileio import atomic_open, read_text_lines
+from slm_lm.fileio import atomic_open, new_directory, read_text_lines
 from slm_lm.outputs import check_no_overlap, check_output_file
 from slm_lm.text_cleanup import book_sentences
 from slm_lm.text_norm import normalize_librispeech
@@ -189,34 +189,34 @@ def prepare_lm_text(inputs: list[Path], out: Path, exclude: list[Path] = (), con
     fingerprint = {"config": asdict(config), "normalized": normalized, "exclusion": exclusion.digest,
                    "code": _code_digest()}
     parts_dir = out.with_name(out.name + ".parts")
-    parts_dir.mkdir(parents=True, exist_ok=True)
+    with new_directory(parts_dir):  # removed again if the first file fails
+        # The state of an earlier run, checked before any work (a corrupt one stops with one message).
+        saved_states = {}
+        for index in range(len(files)):
+            meta = parts_dir / f"{index:06d}.json"
+            if meta.is_file() and (parts_dir / f"{index:06d}.txt").is_file():
+                saved_states[index] = _read_part_meta(meta)
 
-    # The state of an earlier run, checked before any work (a corrupt one stops with one message).
-    saved_states = {}
-    for index in range(len(files)):
-        meta = parts_dir / f"{index:06d}.json"
-        if meta.is_file() and (parts_dir / f"{index:06d}.txt").is_file():
-            saved_states[index] = _read_part_meta(meta)
-
-    results, resumed = [], 0
-    progress = tqdm(files, desc="prepare LM text", unit="file")
-    totals = Counter()
-    for index, path in enumerate(progress):
-        part = parts_dir / f"{index:06d}.txt"
-        meta = parts_dir / f"{index:06d}.json"
-        stat = path.stat()
-        key = {**fingerprint, "file": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-        result = None
-        saved = saved_states.pop(index, None)
-        if saved is not None and saved["key"] == key:
-            result, resumed = saved, resumed + 1
-        if result is None:
-            result = {"key": key, **_process_file(path, normalized, exclusion, config, part)}
-            with atomic_open(meta) as handle:
-                json.dump(result, handle)
-        results.append(result)
-        totals.update(result["stats"])
-        progress.set_postfix(sentences=totals["sentences_out"], contaminated=totals["sentences_dropped_contaminated"])
+        results, resumed = [], 0
+        progress = tqdm(files, desc="prepare LM text", unit="file")
+        totals = Counter()
+        for index, path in enumerate(progress):
+            part = parts_dir / f"{index:06d}.txt"
+            meta = parts_dir / f"{index:06d}.json"
+            stat = path.stat()
+            key = {**fingerprint, "file": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+            result = None
+            saved = saved_states.pop(index, None)
+            if saved is not None and saved["key"] == key:
+                result, resumed = saved, resumed + 1
+            if result is None:
+                result = {"key": key, **_process_file(path, normalized, exclusion, config, part)}
+                with atomic_open(meta) as handle:
+                    json.dump(result, handle)
+            results.append(result)
+            totals.update(result["stats"])
+            progress.set_postfix(sentences=totals["sentences_out"],
+                                 contaminated=totals["sentences_dropped_contaminated"])
 
     counts = Counter()
     with atomic_open(out) as train, atomic_open(valid_out) as valid:

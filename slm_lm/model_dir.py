@@ -15,6 +15,7 @@ specs are `slm_lm.hf`'s.
 Every reader raises :class:`slm_lm.errors.InputError` naming the file for a missing, empty, truncated or
 garbled file, text that is not UTF-8, and a pickle that ``torch.load(weights_only=True)`` refuses.
 """
+import io
 import json
 import pickle
 import re
@@ -27,8 +28,7 @@ import torch
 from slm_lm import pretrained
 from slm_lm.config import KINDS, MASK_KINDS, LMConfig, lm_config
 from slm_lm.errors import InputError
-from slm_lm.fileio import (atomic_open, check_readable, decode_utf8, read_json, read_small_file, why_not,
-                           write_atomic)
+from slm_lm.fileio import check_readable, decode_utf8, read_json, read_small_file, why_not, write_atomic
 from slm_lm.hf import HFTokenizer
 from slm_lm.models import LanguageModel, model_from_config
 from slm_lm.tokenizer import BPE_MODEL_FILE, MASK, TOKEN_LIST_FILE, Tokenizer
@@ -129,20 +129,28 @@ def _write_config(directory: Path, model: LanguageModel, tokenizer, scorer_optio
     write_atomic(directory / CONFIG_FILE, json.dumps(config, indent=2))
 
 
+def torch_bytes(obj) -> bytes:
+    """`obj` as `torch.save` writes it, made in memory: a file that cannot be written (a full disk) is then an
+    OSError naming it, not torch's RuntimeError about its half-written archive."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
 def save_pretrained(directory, model: LanguageModel, tokenizer, scorer_options: dict) -> None:
     """Write config.json (with the scoring options `scorer_options`), model.pt (fp32) and the tokenizer files
     to `directory` (atomic per file)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    with atomic_open(directory / WEIGHTS_FILE, "wb") as f:
-        torch.save({**model.state_dict(), KIND_KEY: model.config.kind}, f)
+    write_atomic(directory / WEIGHTS_FILE, torch_bytes({**model.state_dict(), KIND_KEY: model.config.kind}))
     save_tokenizer(tokenizer, directory)
     _write_config(directory, model, tokenizer, scorer_options)
 
 
 def export(directory, model: LanguageModel, tokenizer, scorer_options: dict, card: dict | None = None) -> None:
     """Write a scoring-ready directory: fp16 model.safetensors (the tied head stored once), config.json with
-    `scorer_options`, the tokenizer files and, with `card`, training.json (atomic per file)."""
+    `scorer_options`, the tokenizer files and, with `card`, training.json (each file atomic;
+    `pretrain.trainer.install_model` replaces the directory as a whole)."""
     from safetensors.torch import save
 
     directory = Path(directory)
@@ -318,8 +326,7 @@ def save_espnet_init(out, model: LanguageModel, tokenizer=None) -> list:
     conf = model.config.to_dict()
     for key in ("kind", "vocab_size", "mask_id"):  # ESPnet's token list sets these
         conf.pop(key)
-    with atomic_open(out / "lm.pth", "wb") as f:
-        torch.save(weights, f)
+    write_atomic(out / "lm.pth", torch_bytes(weights))
     write_atomic(out / "lm_conf.yaml", yaml.safe_dump({"lm_conf": conf}, sort_keys=False))
     return left_out
 

@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import shutil
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,6 +43,13 @@ def _existing_ancestor(option: str, path: Path) -> Path:
     return Path("/")
 
 
+def _check_writable(option: str, path, directory) -> None:
+    """InputError unless entries can be made in `directory` (`path` being the output it holds or leads to)."""
+    if not os.access(directory, os.W_OK | os.X_OK):
+        reason = "a read-only file system" if os.statvfs(directory).f_flag & os.ST_RDONLY else "permission denied"
+        raise InputError(f"{option} {path}: cannot write in {directory} ({reason})")
+
+
 def check_output_file(option: str, path) -> Path:
     """The path to write an output file at (a link is written through: its target): InputError when `path`
     is a directory, a device, FIFO or socket, lies under a file, or its directory cannot be written."""
@@ -53,8 +61,7 @@ def check_output_file(option: str, path) -> Path:
         raise InputError(f"{option} {path}: not a regular file (a device, FIFO or socket); outputs are written to "
                          "a temporary file renamed into place, which would replace it: name a file")
     parent = target.parent if target.parent.is_dir() else _existing_ancestor(option, target)
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"{option} {path}: cannot write in {parent} (permission denied)")
+    _check_writable(option, path, parent)
     return target
 
 
@@ -66,8 +73,7 @@ def check_output_dir(option: str, out, names, own, command: str) -> None:
     if out.exists() and not out.is_dir():
         raise InputError(f"{option} {out}: is a file, not a directory")
     existing = out if out.is_dir() else _existing_ancestor(option, out)
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise InputError(f"{option} {out}: cannot write in {existing} (permission denied)")
+    _check_writable(option, out, existing)
     if out.is_dir():
         for name in names:
             if name not in own and os.path.lexists(out / name):
@@ -179,7 +185,11 @@ def staged_outputs(option: str, out, names, own, command: str):
         raise InputError(f"{option} {out}: cannot write the outputs ({os_problem(err)}); it is as it was") from None
     finally:
         if journal is not None and not (journal / _PLAN).exists():  # else a failed roll-back: kept, named
-            shutil.rmtree(journal, ignore_errors=True)
+            try:
+                shutil.rmtree(journal)
+            except OSError as err:  # e.g. an immutable file among the earlier outputs
+                print(f"{command}: warning: {journal}: cannot delete what it holds ({os_problem(err)}); delete it "
+                      "yourself", file=sys.stderr)
         if fd is not None:
             os.close(fd)
         if created and out.is_dir() and not any(out.iterdir()):

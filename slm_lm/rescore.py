@@ -10,7 +10,7 @@ nothing: sum_j lambda_j * b_j * n_words is one bonus, so the single beta serves 
 
 from pathlib import Path
 
-from slm_lm.fileio import exclusive_dir_lock
+from slm_lm.fileio import exclusive_dir_lock, new_directory
 from slm_lm.nbest import NbestSet
 from slm_lm.outputs import check_no_overlap
 from slm_lm.rescore_report import (
@@ -58,7 +58,7 @@ def rescore(
     check_no_overlap("--out", out_dir, [s.source for s in dev + test] + [str(p) for p in inputs])
     check_cache(out_dir, cache_dir, names)
     check_out_dir(out_dir, names)
-    with exclusive_dir_lock(out_dir, "slm-rescore"):  # one writer per output directory
+    with new_directory(out_dir), exclusive_dir_lock(out_dir, "slm-rescore"):  # one writer per output directory
         lambda_grid = lambda_grid if lambda_grid is not None else parse_range("0:5:0.1")
         beta_grid = beta_grid if beta_grid is not None else [0.0]
         kinds, alpha_grids = length_norm_grids(length_norm, len(scorers), alpha_grid)

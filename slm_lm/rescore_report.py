@@ -15,7 +15,7 @@ from slm_lm.errors import InputError
 from slm_lm.fileio import save_png, write_atomic
 from slm_lm.outputs import check_output_dir, finish_interrupted, staged_outputs
 from slm_lm.scored_set import ScoredSet
-from slm_lm.weight_search import DEFAULT_ALPHA_GRID, TuneResult, Weights, grid_errors
+from slm_lm.weight_search import DEFAULT_ALPHA_GRID, MAX_SEARCH_POINTS, TuneResult, Weights, grid_errors
 from slm_lm.wer import wer_percent
 
 
@@ -169,6 +169,8 @@ def _describe_search(info: dict) -> str:
     text = f"{info['method']}: {info['evaluated']} of {info['grid_points']} grid points evaluated"
     if info["method"] == "coordinate":
         text += f" in {info['sweeps']} sweeps"
+        if not info["converged"]:
+            text += f", stopped before converging: another sweep would pass the ceiling of {MAX_SEARCH_POINTS:,} points"
     if info["requested"] == "auto":
         text += f" (auto: grid up to {info['max_grid_points']} points)"
     return text

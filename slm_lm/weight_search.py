@@ -136,8 +136,10 @@ def _coordinate_descent(sets, lambda_grids, beta_grid, alpha_grids, loss) -> tup
     """Block coordinate descent on the grid: from the smallest weights, set one block at a time to its
     best grid values with the others fixed (each LM's lambda, with its alpha when the LM is
     length-normalised: alpha matters only when lambda > 0; then beta); sweep until a sweep changes
-    nothing. Every move lowers (errors, tie order), so it ends at a point that no change of a single
-    block improves, not necessarily the grid's best. Returns the evaluated points and the sweep count."""
+    nothing, or until another sweep could take the points evaluated over MAX_SEARCH_POINTS (memory is
+    bounded by the work; `converged` says which). Every move lowers (errors, tie order), so a converged
+    descent ends at a point that no change of a single block improves, not necessarily the grid's best.
+    Returns the evaluated points and the sweep count."""
     seen: dict[tuple, int] = {}
 
     def errors(w: Weights) -> int:
@@ -161,15 +163,16 @@ def _coordinate_descent(sets, lambda_grids, beta_grid, alpha_grids, loss) -> tup
         min(beta_grid, key=lambda b: (abs(b), b)),
         tuple(min(g) for g in alpha_grids) if alpha_grids else (),
     )
+    per_sweep = sum(len(candidates(start, j)) for j in range(len(lambda_grids) + 1))
     current, sweeps, moved = start, 0, True
-    while moved:
+    while moved and len(seen) + per_sweep <= MAX_SEARCH_POINTS:
         sweeps, moved = sweeps + 1, False
         for j in range(len(lambda_grids) + 1):
             best = min(candidates(current, j), key=lambda w: _order(w, errors(w)))
             if best != current:
                 current, moved = best, True
     points = [(Weights(lam, beta, alphas), e) for (lam, beta, alphas), e in seen.items()]
-    return points, {"sweeps": sweeps, "start": asdict(start)}
+    return points, {"sweeps": sweeps, "converged": not moved, "start": asdict(start)}
 
 
 def search_method(lambda_grids, beta_grid, alpha_grids, search: str = "auto",

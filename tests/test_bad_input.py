@@ -425,6 +425,22 @@ def pretrain_argv(data, out, *changes, kind="slm"):
             *[x for pair in {**budget, **options}.items() for x in pair]]
 
 
+def test_pretrain_refuses_an_out_whose_model_is_of_no_run_there(tmp_path, pretrain_data, capsys):
+    """An --out holding a model/ but no checkpoint: the user's directory, which the first validation's export
+    would replace; refused before training (in process: an escaping error fails the test)."""
+    from slm_lm.bin import pretrain as pretrain_cli
+
+    out = tmp_path / "run"
+    (out / "model").mkdir(parents=True)
+    (out / "model" / "config.json").write_text("mine\n")
+    with pytest.raises(SystemExit) as stop:
+        pretrain_cli.main([str(a) for a in pretrain_argv(pretrain_data[0], out)])
+    line = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and line.startswith(f"slm-pretrain: error: {out / 'model'}: not written by"), line
+    assert (out / "model" / "config.json").read_text() == "mine\n"
+    assert not (out / "checkpoint.pt").exists()
+
+
 @pytest.mark.parametrize("kind,changes,needles", [
     ("clm", [], ["a checkpoint of kind slm", "this run's --kind is clm"]),
     ("slm", ["--d-model", "64"], ["d_model=32 (this run: --d-model 64)"]),
@@ -790,3 +806,125 @@ def test_a_wrong_path_is_named_with_a_plain_reason(tmp_path, tiny_model, pretrai
     result = cli(module, *argv)
     line = expect_error(result, f"slm-{module.replace('_', '-')}", *needles)
     assert "[Errno" not in line, line
+
+
+LONG_NAME_CASES = {  # command module -> its arguments, with {L} a path whose last part is over 255 bytes
+    "score --model": ("score", ["--model", "{L}", "--input", "{text}", "--output", "{out}"]),
+    "score --output": ("score", ["--model", "{model}", "--input", "{text}", "--output", "{L}"]),
+    "train-bpe --text": ("train_bpe", ["--text", "{L}", "--vocab-size", "40", "--out", "{out}"]),
+    "prepare-lm-text --books": ("prepare_lm_text", ["--books", "{L}", "--out", "{out}/t.txt"]),
+    "init-slm --from": ("init_slm", ["--from", "{L}", "--out", "{out}"]),
+    "rescore --dev": ("rescore", ["--dev", "{L}", "--dev-ref", "{ref}", "--lm", "{model}", "--out", "{out}"]),
+    "rescore --out": ("rescore", ["--dev", "{tsv}", "--dev-ref", "{ref}", "--lm", "{model}", "--out", "{L}"]),
+    "rescore --cache": ("rescore", ["--dev", "{tsv}", "--dev-ref", "{ref}", "--lm", "{model}", "--out", "{out}",
+                                    "--cache", "{L}"]),
+    "rescore-mt --dev": ("rescore_mt", ["--dev", "{L}", "--dev-ref", "{ref}", "--lm", "{model}", "--out", "{out}"]),
+    "pretrain train --out": ("pretrain", ["train", "--kind", "slm", "--data", "{data}", "--out", "{L}",
+                                          "--updates", "1"]),
+    "model-card check": ("model_card", ["check", "{L}"]),
+    "pairwise-preference --set": ("pairwise_preference", ["--set", "{L}", "--lm", "{model}", "--out", "{out}.md"]),
+    "subset-nbest SRC": ("subset_nbest", ["--every", "2", "{L}", "{out}"]),
+    "subset-nbest DST": ("subset_nbest", ["--every", "2", "{espnet_set}", "{L}"]),
+    "am-scores --asr-config": ("am_scores", ["--asr-config", "{L}", "--asr-model", "{L}", "--wav-scp", "{L}", "{L}"]),
+}
+
+
+@pytest.mark.parametrize("case", LONG_NAME_CASES)
+def test_a_name_over_255_bytes_is_one_line_not_a_traceback(tmp_path, tiny_model, pretrain_data, case, capsys):
+    """The file system refuses a name over 255 bytes (ENAMETOOLONG) wherever the path is first touched, even by
+    `Path.exists()`: each command says so in one line naming the file (in process, so an escaping OSError fails
+    the test)."""
+    import importlib
+
+    module, template = LONG_NAME_CASES[case]
+    tsv, ref = write_nbest(tmp_path / "nbest")
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT)
+    long = tmp_path / ("x" * 300)
+    espnet_set = tmp_path / "espnet_set"
+    for name, line in (("raw_hypotheses/1best_recog/text", "u1 AND GOD SAW\n"),
+                       ("references/ref_wer.trn", "and god saw (spk-u1)\n")):
+        (espnet_set / name).parent.mkdir(parents=True, exist_ok=True)
+        (espnet_set / name).write_text(line)
+    values = dict(L=long, text=text, out=tmp_path / "out", model=tiny_model, tsv=tsv, ref=ref, data=pretrain_data[0],
+                  espnet_set=espnet_set)
+    main = importlib.import_module(f"slm_lm.bin.{module}").main
+    with pytest.raises(SystemExit) as stop:
+        main([arg.format(**values) for arg in template])
+    lines = capsys.readouterr().err.splitlines()
+    assert stop.value.code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"slm-{module.replace('_', '-')}: error: {long}"), lines[0]
+    assert "File name too long" in lines[0] and "[Errno" not in lines[0], lines[0]
+
+
+def _file_size_limited(limit: int):
+    """A preexec_fn: writes past `limit` bytes of any file fail with EFBIG (as on a full disk), not SIGXFSZ."""
+    import resource
+    import signal
+
+    def limit_writes():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return limit_writes
+
+
+FULL_DISK_CASES = {  # command module -> arguments (OUT: where the outputs go), the file named, the reason
+    "train-bpe": ("train_bpe", ["--text", "{text}", "--vocab-size", "40", "--out", "{out}/bpe"], "{out}/bpe",
+                  "sentencepiece's model file came out unreadable (a full disk?)"),
+    "prepare-lm-text": ("prepare_lm_text", ["--books", "{text}", "--normalized", "--out", "{out}/lm.txt"],
+                        "{out}/lm.txt.parts/000000.txt", "File too large"),
+    "pretrain encode": ("pretrain", ["encode", "--bpe-dir", "{data}", "--text", "{text}", "--out",
+                                     "{out}/enc/train.ids.xz"], "{out}/enc/train.ids.xz", "File too large"),
+    "pretrain train": ("pretrain", ["train", "--kind", "slm", "--data", "{data}", "--updates", "2", *PRETRAIN_TINY,
+                                    "--out", "{out}/run"], "{out}/run/checkpoint.pt", "File too large"),
+    "score": ("score", ["--model", "{model}", "--input", "{text}", "--output", "{out}/sub/scores.tsv"],
+              "{out}/sub/scores.tsv", "File too large"),
+}
+
+
+@pytest.mark.parametrize("case", FULL_DISK_CASES)
+def test_a_write_refused_for_room_is_one_line_and_leaves_nothing(tmp_path, tiny_model, pretrain_data, case):
+    """Under a 1,000-byte file-size limit (RLIMIT_FSIZE: writes fail as on a full disk, with EFBIG), each
+    command says which file it could not write, in one line with exit 2, and leaves nothing where its outputs
+    would have gone: no half-written file, no corpus without its record, no directory it created."""
+    import random
+
+    module, template, named, reason = FULL_DISK_CASES[case]
+    words, draw = TEXT.split(), random.Random(0)
+    text = tmp_path / "text.txt"  # ~6 kB that compress to more than 1,000 bytes
+    text.write_text("".join(" ".join(draw.choices(words, k=8)) + "\n" for _ in range(150)))
+    out = tmp_path / "out"
+    out.mkdir()
+    values = dict(text=text, out=out, data=pretrain_data[0], model=tiny_model)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+               PYTHONDONTWRITEBYTECODE="1")
+    result = subprocess.run([sys.executable, "-m", f"slm_lm.bin.{module}", *[a.format(**values) for a in template]],
+                            capture_output=True, text=True, env=env, timeout=600, preexec_fn=_file_size_limited(1000))
+    errors = [line for line in result.stderr.replace("\r", "\n").splitlines() if ": error: " in line]
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert len(errors) == 1 and errors[0].endswith(reason), result.stderr[-3000:]  # the rest: progress bars
+    assert errors[0].startswith(f"slm-{module.replace('_', '-')}: error: {named.format(**values)}"), errors[0]
+    assert list(out.iterdir()) == [], sorted(out.rglob("*"))
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+def test_an_output_that_cannot_be_written_says_whether_the_file_system_is_read_only(tmp_path, monkeypatch,
+                                                                                      read_only):
+    """Root ignores permission bits, so the refusal is staged: `os.access` says no, and statvfs says whether the
+    file system is mounted read-only (found by hand on a read-only tmpfs: it was "permission denied")."""
+    from slm_lm import outputs
+
+    from types import SimpleNamespace
+
+    statvfs = os.statvfs
+
+    def flags(path):
+        return SimpleNamespace(f_flag=statvfs(path).f_flag | (os.ST_RDONLY if read_only else 0))
+
+    monkeypatch.setattr(outputs.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(outputs.os, "statvfs", flags)
+    reason = "a read-only file system" if read_only else "permission denied"
+    for check in (lambda: outputs.check_output_file("--out", tmp_path / "x.tsv"),
+                  lambda: outputs.check_output_dir("--out", tmp_path / "d", (), (), "slm-test")):
+        with pytest.raises(slm_lm.errors.InputError, match=f"cannot write in {tmp_path} \\({reason}\\)"):
+            check()

@@ -578,3 +578,15 @@ def test_espnet_experiment_errors(data, tmp_path):
 def test_loading_an_espnet_experiment_does_not_import_espnet():
     code = "import sys, slm_lm, slm_lm.model_dir; assert 'espnet2' not in sys.modules, 'espnet imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_text_lines_the_shape_file_lacks_are_counted_in_a_warning(tmp_path, capsys):
+    """ESPnet trains on the shape file's utterances only: text lines it lacks were dropped without a word."""
+    from slm_lm.espnet_lm.checks import check_text_file, read_shape_file
+
+    (tmp_path / "text").write_text("u1 AND GOD\nu9 SAID LET\nu2 THERE BE\nu8 LIGHT\n")
+    (tmp_path / "shape").write_text("u1 2\nu2 2\n")
+    check_text_file(str(tmp_path / "text"), read_shape_file(str(tmp_path / "shape"), 100), str(tmp_path / "shape"))
+    err = capsys.readouterr().err.strip()
+    assert err == (f"slm_lm: warning: {tmp_path / 'text'}:2: utterance u9 is not in {tmp_path / 'shape'}: 2 of the "
+                   "file's lines are not trained on (ESPnet batches the shape file's utterances)")

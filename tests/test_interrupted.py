@@ -4,6 +4,7 @@ checkpoint."""
 import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -27,8 +28,8 @@ def _write_run(tag: str, sets):
     return write
 
 
-def _snapshot(out):
-    return {str(p.relative_to(out)): p.read_text() for p in sorted(out.rglob("*")) if p.is_file()}
+def _snapshot(out, read=lambda p: p.read_text()):
+    return {str(p.relative_to(out)): read(p) for p in sorted(out.rglob("*")) if p.is_file()}
 
 
 def _killed_install(out, sets, tag, kill_at: int) -> bool:
@@ -113,3 +114,67 @@ def test_a_pretraining_run_killed_around_its_checkpoint_keeps_a_curve_that_agree
     assert updates == [*range(6 if moment == "before" else 7), 10]
     pretrain_cli.main(run + ["--valid-every", "1000"])  # finished: nothing to add
     assert (tmp_path / "out" / "curve.tsv").read_text() == curve
+
+
+def _killed_model_install(out, model, tokenizer, kill_at: int) -> bool:
+    """Export `model` into `out`/model/ in a child process SIGKILLed at its `kill_at`-th rename or replace (the
+    files written in staging, then the moves into `out`); True when it was killed."""
+    from slm_lm.pretrain.trainer import install_model
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            moves, rename, replace = [0], os.rename, os.replace
+
+            def counted(move):
+                def counting(src, dst):
+                    moves[0] += 1
+                    if moves[0] == kill_at:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    move(src, dst)
+                return counting
+
+            os.rename, os.replace = counted(rename), counted(replace)
+            install_model(out, model, tokenizer, {"run": "new"})
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFSIGNALED(status)
+
+
+def test_a_pretraining_export_killed_at_every_move_leaves_one_whole_model(tmp_path):
+    """slm-pretrain replaces its model/ at every validation: a kill at any moment leaves the earlier export or
+    the new one whole (weights, config, tokenizer and card of one validation), and the next run (which calls
+    finish_interrupted first) leaves no journal behind."""
+    import torch
+
+    from slm_lm.bpe import train_bpe
+    from slm_lm.config import LMConfig
+    from slm_lm.models import model_from_config
+    from slm_lm.outputs import finish_interrupted
+    from slm_lm.pretrain.trainer import COMMAND, install_model
+
+    (tmp_path / "text.txt").write_text(TEXT * 4)
+    tokenizer = train_bpe(tmp_path / "text.txt", tmp_path / "bpe", vocab_size=60)
+    models = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        models.append(model_from_config(LMConfig(kind="slm", vocab_size=tokenizer.vocab_size, n_layers=1,
+                                                 d_model=16, n_heads=2, d_ff=32, max_positions=32)))
+    read = Path.read_bytes
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "checkpoint.pt").write_text("the run's other files stay\n")
+    install_model(tmp_path / "ref", models[1], tokenizer, {"run": "new"})
+    new = {**_snapshot(tmp_path / "ref", read), "checkpoint.pt": b"the run's other files stay\n"}
+    kill_at, killed = 1, True
+    while killed:
+        install_model(out, models[0], tokenizer, {"run": "old"})
+        old = _snapshot(out, read)
+        killed = _killed_model_install(out, models[1], tokenizer, kill_at)
+        finish_interrupted(out, COMMAND)
+        after = _snapshot(out, read)
+        assert after in (old, new), f"killed at move {kill_at}"
+        assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "model"], f"killed at move {kill_at}"
+        kill_at += 1
+    assert kill_at > 6  # killed while the files were written and while model/ was moved into place

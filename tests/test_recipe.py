@@ -294,9 +294,10 @@ def test_stage5_fine_tunes_a_shipped_lm(micro, tmp_path):
     work, _ = micro
     copy = tmp_path / "micro"
     shutil.copytree(work, copy, symlinks=True)
-    run_recipe("--mini", "true", "--micro", "true", "--workdir", str(copy), "--stage", "5", "--stop_stage", "7",
-               "--lm_init", "slm=slm-books", "--lm_train_args", "--max_epoch 1 --num_iters_per_epoch 3",
-               timeout=900)
+    for stage in ("5", "7"):  # not stage 6: the copy's decoding is the original's (a re-run would redo it there)
+        run_recipe("--mini", "true", "--micro", "true", "--workdir", str(copy), "--stage", stage, "--stop_stage", stage,
+                   "--lm_init", "slm=slm-books", "--lm_train_args", "--max_epoch 1 --num_iters_per_epoch 3",
+                   timeout=900)
     # --lm_train_args name the experiment as ESPnet's args tag does
     lm_dir = copy / "exp" / "lm_finetune_lm_slm_mini_en_slm-books_max_epoch1_num_iters_per_epoch3"
     assert (lm_dir / ".done").exists()

@@ -340,3 +340,22 @@ def test_subset_of_a_missing_set_is_one_line_and_status_2(tmp_path):
     assert run.returncode == 2 and not (tmp_path / "x").exists()
     assert run.stderr.strip() == (f"slm-subset-nbest: error: {tmp_path}/none/raw_hypotheses/1best_recog/text: not found "
                                   "(want SRC_DIR/raw_hypotheses/<k>best_recog/ and SRC_DIR/references/ref_wer.trn)")
+
+
+def test_coordinate_descent_stops_at_the_ceiling_on_the_points_it_evaluates(monkeypatch):
+    """The ceiling bounds the points recorded over all sweeps, not per sweep: a descent that would pass it
+    stops after its last whole sweep and says it did not converge."""
+    from slm_lm import weight_search
+    from slm_lm.rescore_report import _describe_search
+
+    nbests = [with_lm_column(random_set(s, n_utts=60, n_hyps=6), s) for s in (7, 8)]
+    sets = [build(nb, [FakeLM("Z"), FakeLM("Q"), ScoreColumn("lm")]) for nb in nbests]
+    grids, betas = [parse_range("0:2:0.25")] * 3, parse_range("-1:1:0.5")
+    free = tune(sets, grids, betas, search="coordinate")
+    assert free.search["converged"] and free.search["sweeps"] >= 2
+    per_sweep = 3 * 9 + 5
+    monkeypatch.setattr(weight_search, "MAX_SEARCH_POINTS", per_sweep + 1)
+    capped = tune(sets, grids, betas, search="coordinate")
+    assert capped.search["evaluated"] <= per_sweep + 1 < free.search["evaluated"]
+    assert capped.search["sweeps"] == 1 and not capped.search["converged"]
+    assert "stopped before converging" in _describe_search(capped.search)

@@ -130,3 +130,15 @@ def test_train_bpe_bad_input(tmp_path, capsys, text_file):
     cli.main(["--text", str(text_file), "--vocab-size", "200", "--out", str(tmp_path / "cli")])
     assert "201 tokens (<mask> 199, <sos/eos> 200)" in capsys.readouterr().out
     assert len(read_token_list(tmp_path / "cli/tokens.txt")) == 201
+
+
+@pytest.mark.parametrize("bad,problem", [(b"AND GOD SAW THE L\xffIGHT\n", "not UTF-8 text"),
+                                         (b"and god saw the light\n", "not a normalised sentence")])
+def test_train_bpe_checks_every_line_of_its_text(tmp_path, bad, problem):
+    """A bad line deep in the text (line 25,001) is named, not passed to sentencepiece, which would skip or mangle
+    it without a word (only the first 1,000 lines were checked)."""
+    text = tmp_path / "text.txt"
+    text.write_bytes(b"AND GOD SAW THE LIGHT\n" * 25_000 + bad)
+    with pytest.raises(InputError, match=f"text.txt:25001: {problem}"):
+        train_bpe(text, tmp_path / "out", vocab_size=40)
+    assert not (tmp_path / "out").exists()

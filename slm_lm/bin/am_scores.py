@@ -92,7 +92,7 @@ def main(argv=None) -> None:
         from slm_lm.espnet_lm.am_scores import AmScorer
 
         write_scores(work, AmScorer(args.asr_config, args.asr_model, args.device), wavs, args.wav_scp)
-    except InputError as e:
+    except (InputError, OSError) as e:
         fail(PROG, e)
 
 

@@ -43,7 +43,7 @@ def main(argv=None):
     if args.lm_train_config:
         try:
             check_fusion_lm(args.lm_train_config, args.asr_train_config)
-        except InputError as e:
+        except (InputError, OSError) as e:
             fail("slm_lm.bin.asr_inference", e)
     asr_inference.main(argv)
 

@@ -55,10 +55,8 @@ def main(argv=None):
         scorer = load_scorer(args.model, **options)
         results = score_blimp(scorer, data, cache_dir=Path(args.out) / "score_cache", progress=not args.no_progress)
         write_results(results, args.out, args.label or args.model)
-    except InputError as e:
+    except (InputError, OSError) as e:
         fail("slm-blimp", e)
-    except OSError as e:
-        fail("slm-blimp", f"{e.filename or args.out}: cannot write: {e.strerror or e}")
     ties = results["ties"]
     print(f"BLiMP overall accuracy {results['overall']:.2f}% over {results['pairs']} pairs in "
           f"{results['paradigms']} paradigms; {ties['count']} ties counted as errors "

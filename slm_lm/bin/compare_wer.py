@@ -71,7 +71,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     try:
         print(compare(args.ref, [_system(s) for s in args.hyp], args.samples, args.seed, not args.no_normalize))
-    except InputError as e:
+    except (InputError, OSError) as e:
         fail("slm-compare-wer", e)
 
 

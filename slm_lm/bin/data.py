@@ -41,10 +41,8 @@ def main(argv=None):
         try:
             check_output_dir("--dir", datasets.data_dir(args.dir), (), (), "slm-data")
             where = datasets.get(name, args.dir, args.mirror, progress=not args.no_progress)
-        except InputError as e:
+        except (InputError, OSError) as e:
             fail("slm-data", e)
-        except OSError as e:
-            fail("slm-data", f"{e.filename or datasets.data_dir(args.dir)}: {e.strerror or e}")
         print(f"{name}: {where}")
 
 

@@ -76,10 +76,8 @@ def main(argv=None):
                   + ("" if hf else f", --token_list {out}/tokens.txt --bpemodel {out}/bpe.model"))
             if left_out:
                 print(f"left out (vocabulary-dependent, trained from scratch): {', '.join(left_out)}")
-    except InputError as e:
+    except (InputError, OSError) as e:
         fail(PROG, e)
-    except OSError as e:  # writing the output: a read-only directory, a full disk
-        fail(PROG, f"{out}: cannot write the model: {e.strerror or e}")
 
 
 if __name__ == "__main__":

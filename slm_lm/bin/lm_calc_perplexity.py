@@ -31,7 +31,7 @@ def main(argv=None):
     if args.train_config:
         try:
             check_train_config(args.train_config)
-        except InputError as e:
+        except (InputError, OSError) as e:
             fail("slm_lm.bin.lm_calc_perplexity", e)
     lm_calc_perplexity.main(argv)
 

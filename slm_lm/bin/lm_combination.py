@@ -93,7 +93,7 @@ def main(argv=None) -> None:
                 )
                 cells[label, test.name] = _cell(reports[1], result.best)
                 baseline[test.name] = reports[1]
-    except InputError as err:
+    except (InputError, OSError) as err:
         fail(COMMAND, err)
     a, b = sets[1].name, sets[0].name  # the test sets of the two directions
     lines = [f"| system | {a} WER (weights tuned on {b}) | {b} WER (weights tuned on {a}) |", "|---|---|---|",
@@ -106,7 +106,7 @@ def main(argv=None) -> None:
     try:
         with staged_outputs("--out", out, [TABLE_FILE], own, COMMAND) as staging:
             (staging / TABLE_FILE).write_text(table, encoding="utf-8")
-    except InputError as err:
+    except (InputError, OSError) as err:
         fail(COMMAND, err)
     print(table, end="")
 

@@ -27,7 +27,7 @@ def main(argv=None):
 
     try:
         SlmLMTask.main(cmd=argv)
-    except InputError as e:
+    except (InputError, OSError) as e:
         fail("slm-lm-train", e)
     except yaml.YAMLError as e:  # --config: a Python tag, a syntax error
         fail("slm-lm-train", f"{yaml_problem(e)} (a config ESPnet reads with yaml.safe_load)")

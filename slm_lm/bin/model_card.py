@@ -221,7 +221,7 @@ def main(argv=None):
             if lam is None:
                 lam = read_json(model_dir.resolve(args.model) / CARD_FILE)["check"]["lambda"]
             print(json.dumps(check_figures(args.model, lam, args.dir)))
-    except InputError as e:
+    except (InputError, OSError) as e:
         fail(COMMAND, e)
 
 

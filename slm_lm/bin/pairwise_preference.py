@@ -84,7 +84,7 @@ def main(argv=None) -> None:
         tables = [lm if isinstance(lm, ScoreColumn) else lm_scores(lm, texts, args.cache, progress=False)
                   for lm in lms]
         scored = [build_scored_set(nbest, tables, am_weights) for nbest in sets]
-    except InputError as err:
+    except (InputError, OSError) as err:
         fail("slm-pairwise-preference", err)
     header = "| LM | " + " | ".join(f"{s.name}: fix (LM prefers the oracle hyp) | "
                                      f"{s.name}: break (LM prefers a worse hyp)" for s in scored) + " |"

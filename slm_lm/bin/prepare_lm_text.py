@@ -2,7 +2,7 @@
 
 import json
 
-from slm_lm.errors import InputError, fail, os_problem
+from slm_lm.errors import InputError, fail
 from slm_lm.lm_text import PrepConfig, prepare_lm_text
 from slm_lm.options import Parser, number
 
@@ -37,10 +37,8 @@ def main(argv=None):
             [p for group in args.books for p in group], args.out, [p for group in args.exclude for p in group],
             config, normalized=args.normalized, valid_out=args.valid_out, report=args.report,
             keep_parts=args.keep_parts)
-    except InputError as e:
+    except (InputError, OSError) as e:
         fail("slm-prepare-lm-text", e)
-    except OSError as e:  # e.g. writing into a read-only directory, a full disk
-        fail("slm-prepare-lm-text", f"--out {args.out}: cannot write: {os_problem(e, args.out)}")
     totals, split = report["totals"], report["split"]
     print(json.dumps({
         "files": len(report["inputs"]), "words_in": totals.get("words_in", 0),

@@ -94,7 +94,7 @@ def main(argv=None):
             content_sample=args.content_sample, whole_words=args.whole_words, init=args.init)
         card = pretrain(settings)
         print(json.dumps(card))
-    except (InputError, ValueError) as e:
+    except (InputError, ValueError, OSError) as e:
         fail("slm-pretrain", e)
 
 

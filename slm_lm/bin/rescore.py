@@ -68,7 +68,7 @@ def main(argv=None) -> None:
             settings["N-best"] = args.nbest
         result, reports = rescore(dev, test, scorers, args.out, cache_dir=cache, settings=settings,
                                   progress=not args.no_progress, inputs=inputs, **tuning)
-    except InputError as err:
+    except (InputError, OSError) as err:
         fail("slm-rescore", err)
     w = result.best
     alphas = f", alpha = {', '.join(f'{x:g}' for x in w.alphas)}" if w.alphas else ""

@@ -96,7 +96,7 @@ def main(argv=None) -> None:
         result, reports, signature = rerank_mt(
             dev, test, scorers, args.out, metric, cache_dir=args.cache or f"{args.out}/lm_cache", settings=settings,
             progress=not args.no_progress, inputs=inputs, bootstrap_samples=args.bootstrap_samples, **tuning)
-    except InputError as err:
+    except (InputError, OSError) as err:
         fail(PROG, err)
     w = result.best
     alphas = f", alpha = {', '.join(f'{x:g}' for x in w.alphas)}" if w.alphas else ""

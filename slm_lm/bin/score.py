@@ -112,6 +112,8 @@ def main(argv=None):
     except InputError as e:
         where = f"{args.input}:{e.index + 1}: " if e.index is not None else ""
         fail("slm-score", f"{where}{e}")
+    except OSError as e:
+        fail("slm-score", e)
     print(f"slm-score: scored {counts[0]} sentences ({counts[1]} tokens) in {time.time() - started:.1f} s"
           + ("" if args.output == "-" else f"; wrote {args.output}"), file=sys.stderr)
 

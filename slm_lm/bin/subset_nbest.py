@@ -44,11 +44,11 @@ def main(argv=None):
     args = p.parse_args(argv)
     first = args.src / "raw_hypotheses" / "1best_recog" / "text"
     trn = args.src / "references" / "ref_wer.trn"
-    for path in (first, trn):
-        if not path.is_file():
-            fail(COMMAND, f"{path}: not found (want SRC_DIR/raw_hypotheses/<k>best_recog/ and "
-                          "SRC_DIR/references/ref_wer.trn)")
     try:
+        for path in (first, trn):
+            if not path.is_file():
+                fail(COMMAND, f"{path}: not found (want SRC_DIR/raw_hypotheses/<k>best_recog/ and "
+                              "SRC_DIR/references/ref_wer.trn)")
         check_no_overlap("DST_DIR", args.dst, [args.src])
         finish_interrupted(args.dst, COMMAND)
         own = _earlier_subset(args.dst)
@@ -69,7 +69,7 @@ def main(argv=None):
             write_atomic(staging / "references" / "ref_wer.trn", "\n".join(kept_refs) + "\n")
             write_atomic(staging / RECORD, json.dumps({"subset_of": str(args.src), "every": args.every,
                                                        "utterances": len(keep)}, indent=1) + "\n")
-    except InputError as err:
+    except (InputError, OSError) as err:
         fail(COMMAND, err)
     print(f"{args.dst}: {len(keep)} of {len(ids)} utterances, {len(kept_refs)} references")
 

@@ -24,7 +24,7 @@ def main(argv=None):
     try:
         tokenizer = train_bpe(args.text, args.out, args.vocab_size, args.input_sentence_size, args.seed,
                               args.num_threads, model_type=args.model_type)
-    except InputError as e:
+    except (InputError, OSError) as e:
         fail("slm-train-bpe", e)
     print(f"wrote {args.out}/bpe.model and {args.out}/tokens.txt: {tokenizer.vocab_size} tokens "
           f"(<mask> {tokenizer.mask_id}, <sos/eos> {tokenizer.eos_id}) in {time.time() - started:.0f} s")

@@ -71,7 +71,7 @@ def main(argv=None) -> None:
             write_atomic(out, predictions_tsv(examples, results, list(words)))
         except OSError as err:
             raise InputError(f"--out {args.out}: cannot write the predictions: {os_problem(err, out)}") from None
-    except InputError as err:
+    except (InputError, OSError) as err:
         fail(PROG, err)
     print(f"{len(examples)} examples, labels {', '.join(f'{k}={v}' for k, v in words.items())}, model {scorer.name}")
     print("| pattern | accuracy % | calibrated % |")

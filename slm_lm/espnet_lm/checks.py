@@ -3,6 +3,7 @@
 No ESPnet import here.
 """
 import argparse
+import sys
 
 from slm_lm.config import MASK_KINDS
 from slm_lm.errors import InputError
@@ -77,8 +78,9 @@ def read_shape_file(path: str, max_tokens: int) -> dict:
 
 
 def check_text_file(path: str, needed: dict, shape_path: str) -> None:
-    """An ESPnet text file (`uttid text` per line, UTF-8) holding each utterance `needed` exactly once."""
-    found = set()
+    """An ESPnet text file (`uttid text` per line, UTF-8) holding each utterance `needed` exactly once; lines of
+    utterances the shape file lacks (ESPnet never trains on them) are counted in a warning on stderr."""
+    found, unused = set(), []
     for number, line in read_text_lines(path):
         parts = line.split(maxsplit=1)
         if not parts:
@@ -89,12 +91,18 @@ def check_text_file(path: str, needed: dict, shape_path: str) -> None:
             if parts[0] in found:
                 raise InputError(f"{path}:{number}: utterance {parts[0]} appears twice")
             found.add(parts[0])
+        elif needed:
+            unused.append((number, parts[0]))
     missing = [uttid for uttid in needed if uttid not in found]
     if missing:
         raise InputError(
             f"{shape_path}:{needed[missing[0]]}: utterance {missing[0]} is not in {path} "
             f"({len(missing)} utterance(s) missing)"
         )
+    if unused:
+        number, uttid = unused[0]
+        print(f"slm_lm: warning: {path}:{number}: utterance {uttid} is not in {shape_path}: {len(unused)} of the "
+              f"file's lines are not trained on (ESPnet batches the shape file's utterances)", file=sys.stderr)
 
 
 def check_data(args: argparse.Namespace, max_tokens: int) -> None:

@@ -20,7 +20,7 @@ import torch
 from tqdm import tqdm
 
 from slm_lm.errors import InputError, os_problem
-from slm_lm.fileio import atomic_open, read_text_lines, write_atomic
+from slm_lm.fileio import atomic_open, read_text_lines
 from slm_lm.tokenizer import Tokenizer
 
 
@@ -69,10 +69,12 @@ def write_corpus(ids: np.ndarray, tokenizer: Tokenizer, out) -> dict:
     data = lzma.compress(np.asarray(ids, dtype="<u2").tobytes(), preset=9 | lzma.PRESET_EXTREME)
     record = {"tokenizer": tokenizer.digest(), "vocab_size": tokenizer.vocab_size, "sentences": sentences,
               "corpus_sha1": hashlib.sha1(data).hexdigest()}
-    try:
-        with atomic_open(out, "wb") as handle:
-            handle.write(data)
-        write_atomic(record_path(out), json.dumps(record, indent=1) + "\n")
+    try:  # both written before either replaces anything: a full disk leaves neither
+        with atomic_open(record_path(out)) as record_file, atomic_open(out, "wb") as corpus_file:
+            corpus_file.write(data)
+            record_file.write(json.dumps(record, indent=1) + "\n")
+            corpus_file.flush()
+            record_file.flush()
     except OSError as e:
         where = f" ({e.filename})" if e.filename and str(e.filename) != str(out) else ""
         raise InputError(f"{out}: cannot write: {e.strerror or e}{where}") from None

@@ -4,8 +4,9 @@ Writes `out_dir`/checkpoint.pt (resume: the model, the optimizer, the loop state
 the training draws from, and what the run is: kind, model config, seed, tokenizer), curve.tsv (budget minutes,
 updates, tokens, train and valid CE; with `content_loss` the train column is the whole objective per
 query-stream token) and the scoring-ready `out_dir`/model/ (see `export`) with its card (training.json), all
-refreshed at every validation. One run writes into `out_dir` at a time (`slm_lm.fileio.exclusive_dir_lock`);
-resuming a checkpoint with another kind, model shape, dropout, seed or tokenizer is refused.
+refreshed at every validation (model/ as a whole: `install_model`). One run writes into `out_dir` at a time
+(`slm_lm.fileio.exclusive_dir_lock`); resuming a checkpoint with another kind, model shape, dropout, seed or
+tokenizer is refused.
 """
 import pickle
 import random
@@ -19,14 +20,17 @@ from tqdm import tqdm
 from slm_lm import model_dir
 from slm_lm.config import LMConfig
 from slm_lm.errors import InputError, os_problem
-from slm_lm.fileio import atomic_open, exclusive_dir_lock, write_atomic
+from slm_lm.fileio import exclusive_dir_lock, new_directory, write_atomic
 from slm_lm.models import model_from_config
+from slm_lm.outputs import check_output_dir, finish_interrupted, staged_outputs
 from slm_lm.precision import autocast, resolve_dtype
 from slm_lm.pretrain.corpus import batches, collate, load_corpus
 from slm_lm.pretrain.schedule import Budget, learning_rate
 from slm_lm.tokenizer import Tokenizer
 
+COMMAND = "slm-pretrain"
 CHECKPOINT_FILE = "checkpoint.pt"
+MODEL_DIR = "model"  # the scoring-ready export, replaced as a whole at every validation
 CURVE_FILE = "curve.tsv"
 CURVE_HEADER = "minutes\tupdates\ttokens\ttrain_ce\tvalid_ce\n"
 LOSS_EVERY = 20  # updates between the samples of the training loss that the curve's train_ce averages
@@ -172,8 +176,7 @@ def save_checkpoint(path, model, optimizer, state: dict, rng: dict | None = None
         saved["rng"] = rng
     if identity is not None:
         saved["identity"] = identity
-    with atomic_open(path, "wb") as handle:
-        torch.save(saved, handle)
+    write_atomic(path, model_dir.torch_bytes(saved))
 
 
 def read_checkpoint(path, device) -> dict:
@@ -257,7 +260,7 @@ def pretrain(settings: PretrainSettings) -> dict:
     """Train `settings.kind` on `settings.data_dir`/{train,valid}.ids.xz for its budget into `settings.out_dir`,
     resuming from the checkpoint there if there is one; returns the card of the last validation."""
     settings.check()
-    with exclusive_dir_lock(settings.out_dir, "slm-pretrain"):
+    with new_directory(settings.out_dir), exclusive_dir_lock(settings.out_dir, COMMAND):
         return _TrainingRun(settings).train()
 
 
@@ -267,7 +270,7 @@ class _TrainingRun:
     def __init__(self, settings: PretrainSettings):
         s = self.settings = settings
         data_dir, self.out_dir = Path(s.data_dir), Path(s.out_dir)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        finish_interrupted(self.out_dir, COMMAND)  # an export that a kill interrupted: completed or undone
         if s.threads:
             torch.set_num_threads(s.threads)
         self.device = torch.device(s.device)
@@ -283,11 +286,12 @@ class _TrainingRun:
         if checkpoint.exists():
             self.state = load_checkpoint(checkpoint, self.model, self.optimizer, self.device, self.identity)
             self.state.setdefault("curve", curve_rows(self.out_dir / CURVE_FILE, self.state["updates"]))
+            self.write_curve()  # the checkpoint's rows: none written after it by a run killed before the next
         else:
+            check_output_dir("--out", self.out_dir, [MODEL_DIR], (), COMMAND)  # a model/ of no run here
             self.state = new_loop_state()
             if s.init:
                 initialise(self.model, s.init, self.tokenizer)
-        self.write_curve()  # the checkpoint's rows: none written after it by a run killed before the next
         self.budget = Budget(60.0 * s.minutes, s.clock, self.state["spent"], 60.0 * s.deadline_minutes, s.updates)
         self.card = training_card(s, self.model, self.device, self.dtype, self.train_set, self.valid_set)
         self.losses = []  # training losses sampled since the last validation
@@ -296,24 +300,23 @@ class _TrainingRun:
         """Train until the budget (or the deadline) is spent, validating on the way; returns the card."""
         s, state = self.settings, self.state
         lengths = [len(sentence) + 2 for sentence in self.train_set]
-        bar = tqdm(total=s.updates or round(self.budget.seconds), unit="update" if s.updates else "s",
-                   desc=s.kind if s.updates else f"{s.kind} ({s.clock} s)", mininterval=30)
         self.model.train()
-        while True:
-            order = batches(lengths, s.batch_tokens, random.Random(s.seed * 1000 + state["epoch"]))
-            while state["position"] < len(order):
-                fraction = self.budget.fraction(state["updates"])
-                if fraction >= 1.0 or self.budget.spent >= state["next_valid"]:
-                    self.validate_and_save()
-                    if fraction >= 1.0:
-                        bar.close()
-                        return self.card
-                self.update(order[state["position"]])
-                if state["updates"] % LOSS_EVERY == 0:
-                    bar.n = state["updates"] if s.updates else round(self.budget.spent)
-                    bar.refresh()
-            state["epoch"] += 1
-            state["position"] = 0
+        with tqdm(total=s.updates or round(self.budget.seconds), unit="update" if s.updates else "s",
+                  desc=s.kind if s.updates else f"{s.kind} ({s.clock} s)", mininterval=30) as bar:
+            while True:
+                order = batches(lengths, s.batch_tokens, random.Random(s.seed * 1000 + state["epoch"]))
+                while state["position"] < len(order):
+                    fraction = self.budget.fraction(state["updates"])
+                    if fraction >= 1.0 or self.budget.spent >= state["next_valid"]:
+                        self.validate_and_save()
+                        if fraction >= 1.0:
+                            return self.card
+                    self.update(order[state["position"]])
+                    if state["updates"] % LOSS_EVERY == 0:
+                        bar.n = state["updates"] if s.updates else round(self.budget.spent)
+                        bar.refresh()
+                state["epoch"] += 1
+                state["position"] = 0
 
     def update(self, index: list) -> None:
         """One optimizer step on the training sentences `index`, its time counted by the budget."""
@@ -363,7 +366,14 @@ class _TrainingRun:
                         rng_states(self.device), self.identity)
         self.write_curve()
         record_validation(self.card, state, valid_ce, self.optimizer.param_groups[0]["lr"])
-        export(self.model, self.tokenizer, self.out_dir / "model", self.card, s.whole_words)
+        install_model(self.out_dir, self.model, self.tokenizer, self.card, s.whole_words)
+
+
+def install_model(out_dir, model, tokenizer: Tokenizer, card: dict, whole_words: bool = False) -> None:
+    """Export into `out_dir`/model/ as a whole: a kill leaves the earlier export or this one, never a mix (the
+    next run's `finish_interrupted` completes or undoes it)."""
+    with staged_outputs("--out", out_dir, [MODEL_DIR], {MODEL_DIR}, COMMAND) as staging:
+        export(model, tokenizer, staging / MODEL_DIR, card, whole_words)
 
 
 def export(model, tokenizer: Tokenizer, directory, card: dict, whole_words: bool = False) -> None:
