@@ -30,12 +30,15 @@ def new_directory(path):
     """Create the directory `path` (and its missing parents) for the block; if the block fails, remove those
     it created that are still empty, so that a failed command leaves no empty directory behind."""
     path = Path(path)
-    created = [d for d in [path, *path.parents] if not d.exists()]
+    created, missing = [], path
+    while not missing.exists():  # the deepest first, up to the first that exists
+        created.append(missing)
+        missing = missing.parent
     path.mkdir(parents=True, exist_ok=True)
     try:
         yield path
     except BaseException:
-        for directory in created:  # the deepest first
+        for directory in created:
             try:
                 directory.rmdir()
             except OSError:  # not empty (resumable state, another writer's files) or gone
