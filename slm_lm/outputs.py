@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from slm_lm.errors import InputError, os_problem
-from slm_lm.fileio import write_atomic
+from slm_lm.fileio import new_directory, write_atomic
 
 _JOURNAL_SUFFIX = ".swap"  # `.<command>.XXXX.swap/`: a run's new entries, the old ones it replaces, its plan
 _JOURNAL_LOCK = "lock"
@@ -172,25 +172,29 @@ def staged_outputs(option: str, out, names, own, command: str):
     either run's outputs once the next run of `command` calls :func:`finish_interrupted`."""
     out = Path(out)
     check_output_dir(option, out, names, own, command)
-    created = not out.exists()
     journal = fd = None
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        journal = Path(tempfile.mkdtemp(dir=out, prefix=f".{command}.", suffix=_JOURNAL_SUFFIX))
-        fd = _lock_journal(journal)
-        (journal / "new").mkdir()
-        yield journal / "new"
-        _install(journal, out, own, command)
+        with new_directory(out):
+            try:
+                journal = Path(tempfile.mkdtemp(dir=out, prefix=f".{command}.", suffix=_JOURNAL_SUFFIX))
+                fd = _lock_journal(journal)
+                (journal / "new").mkdir()
+                yield journal / "new"
+                _install(journal, out, own, command)
+            finally:
+                if journal is not None and not (journal / _PLAN).exists():  # else a failed roll-back: kept, named
+                    _remove_journal(journal, command)
+                if fd is not None:
+                    os.close(fd)
     except OSError as err:
         raise InputError(f"{option} {out}: cannot write the outputs ({os_problem(err)}); it is as it was") from None
-    finally:
-        if journal is not None and not (journal / _PLAN).exists():  # else a failed roll-back: kept, named
-            try:
-                shutil.rmtree(journal)
-            except OSError as err:  # e.g. an immutable file among the earlier outputs
-                print(f"{command}: warning: {journal}: cannot delete what it holds ({os_problem(err)}); delete it "
-                      "yourself", file=sys.stderr)
-        if fd is not None:
-            os.close(fd)
-        if created and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
+
+
+def _remove_journal(journal: Path, command: str) -> None:
+    """Delete a finished or failed run's journal; what cannot be deleted (an immutable file among the earlier
+    outputs) is left with a warning naming it."""
+    try:
+        shutil.rmtree(journal)
+    except OSError as err:
+        print(f"{command}: warning: {journal}: cannot delete what it holds ({os_problem(err)}); delete it yourself",
+              file=sys.stderr)

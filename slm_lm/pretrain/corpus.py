@@ -76,8 +76,7 @@ def write_corpus(ids: np.ndarray, tokenizer: Tokenizer, out) -> dict:
             corpus_file.flush()
             record_file.flush()
     except OSError as e:
-        where = f" ({e.filename})" if e.filename and str(e.filename) != str(out) else ""
-        raise InputError(f"{out}: cannot write: {e.strerror or e}{where}") from None
+        raise InputError(f"{out}: cannot write: {os_problem(e, out)}") from None
     return {"sentences": sentences, "pieces": int(len(ids) - sentences), "bytes": os.path.getsize(out)}
 
 
