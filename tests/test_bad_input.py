@@ -973,3 +973,27 @@ def test_a_failure_while_a_progress_bar_shows_leaves_only_the_error_line(tmp_pat
     lines = shown_lines(stderr)
     command = "slm_lm.espnet_lm.data" if "." in module else f"slm-{module.replace('_', '-')}"
     assert len(lines) == 1 and lines[0].startswith(f"{command}: error: {start.format(**values)}"), repr(stderr[-3000:])
+
+
+@pytest.mark.parametrize("case", ["missing", "long name", "directory", "yaml"])
+def test_slm_lm_train_refuses_a_bad_config_in_one_line_before_importing_espnet(tmp_path, case):
+    """`--config` is checked before ESPnet is imported: its import printed nltk's eight `[nltk_data]` download
+    errors (no network), and its parser the command line and, for a missing file, its usage lines."""
+    pytest.importorskip("espnet2")
+    (tmp_path / "bad.yaml").write_text("lm: slm\nlm_conf: [1, 2\n")
+    config, needle = {"missing": (tmp_path / "none.yaml", "cannot read the ESPnet config: No such file"),
+                      "long name": (tmp_path / ("x" * 300), "File name too long"),
+                      "directory": (tmp_path, "is a directory, not a file"),
+                      "yaml": (tmp_path / "bad.yaml", "bad.yaml:3: expected ',' or ']'")}[case]
+    result = cli("lm_train", "--config", config)
+    expect_error(result, "slm-lm-train", needle)
+    assert result.stdout == "", result.stdout  # ESPnet's import printed a line on stdout too
+
+
+def test_espnet_tools_print_no_nltk_download_errors(tmp_path):
+    """slm_lm.bin.lm_calc_perplexity imports ESPnet before it checks its --train_config: nltk's download
+    messages (g2p_en's, at import, with no network) came before the error line."""
+    pytest.importorskip("espnet2")
+    result = cli("lm_calc_perplexity", "--train_config", tmp_path / "none.yaml", "--model_file", tmp_path / "m.pth",
+                 "--data_path_and_name_and_type", f"{tmp_path / 'text'},text,text", "--output_dir", tmp_path / "ppl")
+    expect_error(result, "slm_lm.bin.lm_calc_perplexity", f"{tmp_path / 'none.yaml'}: cannot read the ESPnet config")
