@@ -27,11 +27,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
-from tqdm import tqdm
-
 from slm_lm.download import fetch, get_verified, is_url, local_path, read_md5sums
 from slm_lm.errors import InputError
 from slm_lm.fileio import write_atomic
+from slm_lm.progress import progress_bar
 
 DATA_ENV = "SLM_LM_DATA"
 NBEST_SYSTEM = ("data/espnet/simpleoier_librispeech_asr_train_asr_conformer7_hubert_ll60k_large_raw_en_bpe5000_sp/"
@@ -180,19 +179,20 @@ def get(name: str, root=None, mirror=None, progress: bool = True) -> Path:
     if name == "librispeech-lm":
         return _get_lm_corpus(root, mirror)
     items = DATASETS[name]()
-    for item in tqdm(items, desc=f"slm-data {name}", unit="file", disable=not progress):
-        dest = root / item.dest
-        if dest.exists():
-            if _sha256(_text_of(dest)) != item.sha256:
-                raise InputError(f"{dest}: is there and differs from its SHA-256 in the manifest "
-                                 "(move it away to fetch it again)")
-            continue
-        data, text, where = _fetched(item, mirror)
-        if _sha256(text) != item.sha256:
-            revised = "; Gutenberg may have revised the book" if name == "books" else ""
-            raise InputError(f"{where}: SHA-256 {_sha256(text)} differs from {item.sha256} in slm_lm/manifests "
-                             f"(not the data the project uses{revised})")
-        write_atomic(dest, data)
+    with progress_bar(items, desc=f"slm-data {name}", unit="file", disable=not progress) as bar:
+        for item in bar:
+            dest = root / item.dest
+            if dest.exists():
+                if _sha256(_text_of(dest)) != item.sha256:
+                    raise InputError(f"{dest}: is there and differs from its SHA-256 in the manifest "
+                                     "(move it away to fetch it again)")
+                continue
+            data, text, where = _fetched(item, mirror)
+            if _sha256(text) != item.sha256:
+                revised = "; Gutenberg may have revised the book" if name == "books" else ""
+                raise InputError(f"{where}: SHA-256 {_sha256(text)} differs from {item.sha256} in slm_lm/manifests "
+                                 f"(not the data the project uses{revised})")
+            write_atomic(dest, data)
     if name == "books":
         _write_books_manifest(root / "text" / BOOKS_MANIFEST)
     return dataset_path(name, root)

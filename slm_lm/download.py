@@ -7,9 +7,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tqdm import tqdm
-
 from slm_lm.errors import InputError
+from slm_lm.progress import progress_bar
 
 
 def is_url(mirror):
@@ -50,8 +49,8 @@ def read_md5sums(mirror, resource, required):
 def md5_of(path):
     """MD5 hex digest of a file, with a progress bar."""
     h = hashlib.md5()
-    with open(path, "rb") as f, tqdm(total=path.stat().st_size, unit="B", unit_scale=True,
-                                     desc=f"md5 {path.name}", file=sys.stderr) as bar:
+    with open(path, "rb") as f, progress_bar(total=path.stat().st_size, unit="B", unit_scale=True,
+                                             desc=f"md5 {path.name}", file=sys.stderr) as bar:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
             bar.update(len(block))
@@ -85,8 +84,8 @@ def fetch(mirror, resource, name, dest, progress=True):
         src.seek(have)
         total = path.stat().st_size
     with src, open(part, "ab" if have else "wb") as out, \
-            tqdm(total=total, initial=have, unit="B", unit_scale=True, desc=name, file=sys.stderr,
-                 disable=not progress) as bar:
+            progress_bar(total=total, initial=have, unit="B", unit_scale=True, desc=name, file=sys.stderr,
+                         disable=not progress) as bar:
         for block in iter(lambda: src.read(1 << 20), b""):
             out.write(block)
             bar.update(len(block))

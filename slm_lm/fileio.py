@@ -147,10 +147,13 @@ def read_small_file(path, what: str, ceiling: int = MAX_SMALL_FILE) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
         raise InputError(f"{path}: cannot read the {what}: {e.strerror or e}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # checked before os.fdopen, which refuses a directory naming only the descriptor
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise InputError(f"{path}: is a directory, not a file; the {what} must be a file")
+        raise InputError(f"{path}: not a regular file (a FIFO, device or socket); the {what} must be a file")
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise InputError(f"{path}: not a regular file (a FIFO, device or socket); the {what} must be a file")
         data = handle.read(ceiling + 1)
     if len(data) > ceiling:
         raise InputError(f"{path}: over {ceiling:,} bytes, the ceiling for a {what}; not a {what}?")

@@ -21,11 +21,11 @@ import re
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from slm_lm.errors import InputError
 from slm_lm.fileio import read_json
 from slm_lm.precision import autocast
+from slm_lm.progress import progress_bar
 from slm_lm.scoring import SentenceScorer, length_batches
 from slm_lm.tokenizer import check_unknown
 
@@ -186,7 +186,7 @@ class HFCausalScorer(HFScorer):
     def _logprobs(self, encoded: list, progress: bool) -> list:
         """Per sentence, a float tensor of the log-probs of its pieces followed by the end of sentence."""
         results = [None] * len(encoded)
-        with tqdm(total=len(encoded), desc="scoring", unit="sent", disable=not progress) as bar:
+        with progress_bar(total=len(encoded), desc="scoring", unit="sent", disable=not progress) as bar:
             for chunk in length_batches([len(e) for e in encoded], self.max_tokens):
                 logits = self._forward([encoded[i] for i in chunk])
                 logprobs = torch.log_softmax(logits[:, :-1], dim=-1).cpu()
@@ -214,7 +214,7 @@ class HFMaskedScorer(HFScorer):
         """Per sentence, a float tensor of the PLL terms of its pieces (no [CLS]/[SEP])."""
         items = [(i, p) for i, ids in enumerate(encoded) for p in range(1, len(ids) - 1)]
         results = [torch.zeros(len(ids) - 2) for ids in encoded]
-        with tqdm(total=len(items), desc="scoring (PLL)", unit="token", disable=not progress) as bar:
+        with progress_bar(total=len(items), desc="scoring (PLL)", unit="token", disable=not progress) as bar:
             for chunk in length_batches([len(encoded[i]) for i, _ in items], self.max_tokens):
                 copies = []
                 for j in chunk:

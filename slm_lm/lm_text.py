@@ -27,12 +27,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
-from tqdm import tqdm
-
 from slm_lm.decontaminate import ExclusionSet, NgramFilter, load_exclusion
 from slm_lm.errors import InputError
 from slm_lm.fileio import atomic_open, new_directory, read_text_lines
 from slm_lm.outputs import check_no_overlap, check_output_file
+from slm_lm.progress import progress_bar
 from slm_lm.text_cleanup import book_sentences
 from slm_lm.text_norm import normalize_librispeech
 
@@ -198,29 +197,30 @@ def prepare_lm_text(inputs: list[Path], out: Path, exclude: list[Path] = (), con
                 saved_states[index] = _read_part_meta(meta)
 
         results, resumed = [], 0
-        progress = tqdm(files, desc="prepare LM text", unit="file")
         totals = Counter()
-        for index, path in enumerate(progress):
-            part = parts_dir / f"{index:06d}.txt"
-            meta = parts_dir / f"{index:06d}.json"
-            stat = path.stat()
-            key = {**fingerprint, "file": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-            result = None
-            saved = saved_states.pop(index, None)
-            if saved is not None and saved["key"] == key:
-                result, resumed = saved, resumed + 1
-            if result is None:
-                result = {"key": key, **_process_file(path, normalized, exclusion, config, part)}
-                with atomic_open(meta) as handle:
-                    json.dump(result, handle)
-            results.append(result)
-            totals.update(result["stats"])
-            progress.set_postfix(sentences=totals["sentences_out"],
-                                 contaminated=totals["sentences_dropped_contaminated"])
+        with progress_bar(files, desc="prepare LM text", unit="file") as progress:
+            for index, path in enumerate(progress):
+                part = parts_dir / f"{index:06d}.txt"
+                meta = parts_dir / f"{index:06d}.json"
+                stat = path.stat()
+                key = {**fingerprint, "file": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+                result = None
+                saved = saved_states.pop(index, None)
+                if saved is not None and saved["key"] == key:
+                    result, resumed = saved, resumed + 1
+                if result is None:
+                    result = {"key": key, **_process_file(path, normalized, exclusion, config, part)}
+                    with atomic_open(meta) as handle:
+                        json.dump(result, handle)
+                results.append(result)
+                totals.update(result["stats"])
+                progress.set_postfix(sentences=totals["sentences_out"],
+                                     contaminated=totals["sentences_dropped_contaminated"])
 
     counts = Counter()
-    with atomic_open(out) as train, atomic_open(valid_out) as valid:
-        for index, _ in enumerate(tqdm(results, desc="merge parts", unit="file")):
+    with atomic_open(out) as train, atomic_open(valid_out) as valid, \
+            progress_bar(results, desc="merge parts", unit="file") as merging:
+        for index, _ in enumerate(merging):
             part = parts_dir / f"{index:06d}.txt"
             with open(part, encoding="utf-8") as handle:
                 for sentence in _checked_lines(handle, part):

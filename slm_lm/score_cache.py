@@ -14,9 +14,9 @@ import re
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from slm_lm.errors import InputError, os_problem
+from slm_lm.progress import progress_bar
 
 
 class LMScoreCache:
@@ -113,19 +113,18 @@ def lm_scores(
     cache = LMScoreCache(cache_dir, scorer.name) if cache_dir is not None else None
     known = dict(cache.scores) if cache else {}
     todo = [t for t in unique if t not in known]
-    bar = tqdm(total=len(todo), desc=f"LM {scorer.name}", unit="sent", disable=not progress or not todo)
-    for start in range(0, len(todo), chunk_size):
-        chunk = todo[start : start + chunk_size]
-        values = scorer.score(chunk)
-        if len(values) != len(chunk):
-            raise RuntimeError(f"LM {scorer.name} returned {len(values)} scores for {len(chunk)} texts")
-        for text, value in zip(chunk, values):
-            value = float(value)
-            if not np.isfinite(value):
-                raise RuntimeError(f"LM {scorer.name} gave score {value} for {text!r}")
-            known[text] = value
-        if cache:
-            cache.add({t: known[t] for t in chunk})
-        bar.update(len(chunk))
-    bar.close()
+    with progress_bar(total=len(todo), desc=f"LM {scorer.name}", unit="sent", disable=not progress or not todo) as bar:
+        for start in range(0, len(todo), chunk_size):
+            chunk = todo[start : start + chunk_size]
+            values = scorer.score(chunk)
+            if len(values) != len(chunk):
+                raise RuntimeError(f"LM {scorer.name} returned {len(values)} scores for {len(chunk)} texts")
+            for text, value in zip(chunk, values):
+                value = float(value)
+                if not np.isfinite(value):
+                    raise RuntimeError(f"LM {scorer.name} gave score {value} for {text!r}")
+                known[text] = value
+            if cache:
+                cache.add({t: known[t] for t in chunk})
+            bar.update(len(chunk))
     return {t: known[t] for t in unique}

@@ -1,11 +1,11 @@
 """Our sentence scorer: an slm_lm LM and its tokenizer behind the scoring interface (`slm_lm.scoring`)."""
 import torch
-from tqdm import tqdm
 
 from slm_lm import model_dir
 from slm_lm.hf import hf_spec, load_hf_scorer
 from slm_lm.models import LanguageModel, MaskedLM
 from slm_lm.precision import autocast
+from slm_lm.progress import progress_bar
 from slm_lm.scoring import SentenceScorer, length_batches
 from slm_lm.tokenizer import Tokenizer
 
@@ -71,7 +71,7 @@ class Scorer(SentenceScorer):
     def _logprobs(self, encoded: list, progress: bool) -> list:
         """Per sentence, a float tensor of the log-probs of its pieces followed by </s>."""
         results = [None] * len(encoded)
-        with tqdm(total=len(encoded), desc="scoring", unit="sent", disable=not progress) as bar:
+        with progress_bar(total=len(encoded), desc="scoring", unit="sent", disable=not progress) as bar:
             for batch in length_batches([len(e) for e in encoded], self.max_tokens):
                 lengths = torch.tensor([len(encoded[i]) for i in batch])
                 tokens = torch.full((len(batch), int(lengths.max())), self.tokenizer.pad_id, dtype=torch.long)

@@ -21,10 +21,11 @@ DECODE_NBEST = ROOT / "egs" / "librispeech_slm" / "local" / "decode_nbest.py"
 TEXT = "AND GOD SAW THE LIGHT\nTHE EARTH WAS WITHOUT FORM AND VOID\nIT'S A QUICK BROWN FOX\n"
 
 
-def run(*argv, cwd=None):
-    """Run a command with this checkout's slm_lm first on the import path."""
+def run(*argv, cwd=None, text=True):
+    """Run a command with this checkout's slm_lm first on the import path (`text=False`: stderr as bytes, with
+    the carriage returns that text mode turns into line ends)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=text, env=env, cwd=cwd, timeout=600)
 
 
 def cli(module, *args):
@@ -868,6 +869,13 @@ def _file_size_limited(limit: int):
     return limit_writes
 
 
+def shown_lines(stderr: str) -> list:
+    """The lines a terminal shows of `stderr`: a progress bar redraws (and erases) itself after a carriage
+    return, so of each line only what follows its last one stays; blank lines are left out."""
+    shown = [line.rsplit("\r", 1)[-1] for line in stderr.split("\n")]
+    return [line for line in shown if line.strip()]
+
+
 FULL_DISK_CASES = {  # command module -> arguments (OUT: where the outputs go), the file named, the reason
     "train-bpe": ("train_bpe", ["--text", "{text}", "--vocab-size", "40", "--out", "{out}/bpe"], "{out}/bpe",
                   "sentencepiece's model file came out unreadable (a full disk?)"),
@@ -899,10 +907,11 @@ def test_a_write_refused_for_room_is_one_line_and_leaves_nothing(tmp_path, tiny_
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                PYTHONDONTWRITEBYTECODE="1")
     result = subprocess.run([sys.executable, "-m", f"slm_lm.bin.{module}", *[a.format(**values) for a in template]],
-                            capture_output=True, text=True, env=env, timeout=600, preexec_fn=_file_size_limited(1000))
-    errors = [line for line in result.stderr.replace("\r", "\n").splitlines() if ": error: " in line]
+                            capture_output=True, env=env, timeout=600, preexec_fn=_file_size_limited(1000))
+    result.stderr = result.stderr.decode()  # as bytes: text mode would turn the bars' carriage returns into lines
+    errors = shown_lines(result.stderr)  # the bar of the work done before the write is erased
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert len(errors) == 1 and errors[0].endswith(reason), result.stderr[-3000:]  # the rest: progress bars
+    assert len(errors) == 1 and errors[0].endswith(reason), repr(result.stderr[-3000:])
     assert errors[0].startswith(f"slm-{module.replace('_', '-')}: error: {named.format(**values)}"), errors[0]
     assert list(out.iterdir()) == [], sorted(out.rglob("*"))
 
@@ -928,3 +937,63 @@ def test_an_output_that_cannot_be_written_says_whether_the_file_system_is_read_o
                   lambda: outputs.check_output_dir("--out", tmp_path / "d", (), (), "slm-test")):
         with pytest.raises(slm_lm.errors.InputError, match=f"cannot write in {tmp_path} \\({reason}\\)"):
             check()
+
+
+MID_WORK_CASES = {  # command module -> arguments that fail once its progress bar is showing, the error's start
+    "rescore": ("rescore", ["--dev", "{tsv}", "--dev-ref", "{ref}", "--lm", "{model}", "--no-normalize",
+                            "--out", "{out}/r"], "set dev, utterance u2, rank 2"),
+    "pretrain encode": ("pretrain", ["encode", "--bpe-dir", "{data}", "--text", "{gap}", "--out", "{out}/t.ids.xz"],
+                        "{gap}:4: empty line"),
+    "prepare-lm-text": ("prepare_lm_text", ["--books", "{text}", "{latin1}", "--normalized", "--out", "{out}/lm.txt"],
+                        "{latin1}:2: not UTF-8 text"),
+    "espnet_lm.data": ("slm_lm.espnet_lm.data", ["{gap}", "{out}/dump", "--bpemodel", "{data}/bpe.model"],
+                       "{gap}:4: empty line"),
+}
+
+
+@pytest.mark.parametrize("case", MID_WORK_CASES)
+def test_a_failure_while_a_progress_bar_shows_leaves_only_the_error_line(tmp_path, tiny_model, pretrain_data, case):
+    """A command that fails in the middle of its work erases its progress bar before its error: a terminal shows
+    one line (the bar was left above it, or drawn again after it, which made two)."""
+    module, template, start = MID_WORK_CASES[case]
+    tsv, ref = write_nbest(tmp_path / "nbest")
+    tsv.write_text(tsv.read_text().replace("WITHOUT FORM\n", "WITHOUT \u03a9\n"))
+    (tmp_path / "gap.txt").write_text(TEXT + "\n" + TEXT)
+    (tmp_path / "text.txt").write_text(TEXT)
+    (tmp_path / "latin1.txt").write_bytes(b"AND GOD SAW\nCAF\xc9\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    values = dict(tsv=tsv, ref=ref, model=tiny_model, data=pretrain_data[0], out=out, gap=tmp_path / "gap.txt",
+                  text=tmp_path / "text.txt", latin1=tmp_path / "latin1.txt")
+    result = run(sys.executable, "-m", module if "." in module else f"slm_lm.bin.{module}",
+                 *[arg.format(**values) for arg in template], text=False)
+    stderr = result.stderr.decode()
+    assert result.returncode == 2 and "Traceback" not in stderr, stderr[-3000:]
+    assert "%|" in stderr or "sent [" in stderr or "lines [" in stderr, stderr  # a bar showed
+    lines = shown_lines(stderr)
+    command = "slm_lm.espnet_lm.data" if "." in module else f"slm-{module.replace('_', '-')}"
+    assert len(lines) == 1 and lines[0].startswith(f"{command}: error: {start.format(**values)}"), repr(stderr[-3000:])
+
+
+@pytest.mark.parametrize("case", ["missing", "long name", "directory", "yaml"])
+def test_slm_lm_train_refuses_a_bad_config_in_one_line_before_importing_espnet(tmp_path, case):
+    """`--config` is checked before ESPnet is imported: its import printed nltk's eight `[nltk_data]` download
+    errors (no network), and its parser the command line and, for a missing file, its usage lines."""
+    pytest.importorskip("espnet2")
+    (tmp_path / "bad.yaml").write_text("lm: slm\nlm_conf: [1, 2\n")
+    config, needle = {"missing": (tmp_path / "none.yaml", "cannot read the ESPnet config: No such file"),
+                      "long name": (tmp_path / ("x" * 300), "File name too long"),
+                      "directory": (tmp_path, "is a directory, not a file"),
+                      "yaml": (tmp_path / "bad.yaml", "bad.yaml:3: expected ',' or ']'")}[case]
+    result = cli("lm_train", "--config", config)
+    expect_error(result, "slm-lm-train", needle)
+    assert result.stdout == "", result.stdout  # ESPnet's import printed a line on stdout too
+
+
+def test_espnet_tools_print_no_nltk_download_errors(tmp_path):
+    """slm_lm.bin.lm_calc_perplexity imports ESPnet before it checks its --train_config: nltk's download
+    messages (g2p_en's, at import, with no network) came before the error line."""
+    pytest.importorskip("espnet2")
+    result = cli("lm_calc_perplexity", "--train_config", tmp_path / "none.yaml", "--model_file", tmp_path / "m.pth",
+                 "--data_path_and_name_and_type", f"{tmp_path / 'text'},text,text", "--output_dir", tmp_path / "ppl")
+    expect_error(result, "slm_lm.bin.lm_calc_perplexity", f"{tmp_path / 'none.yaml'}: cannot read the ESPnet config")

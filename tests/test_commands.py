@@ -156,7 +156,7 @@ def console(command, *args, cwd=None):
 
 
 # stderr lines a good run may print: progress bars (tqdm's), summaries, and ESPnet's log
-PROGRESS_BAR = r"|[\w .]+: +(\d+%\|.*|\d+\w+ \[.*)"
+PROGRESS_BAR = r"\s*|[\w .]+: +(\d+%\|.*|\d+\w+ \[.*)"  # blank: a bar erased when it closed
 PROGRESS = {"slm-score": r"slm-score: scored \d+ sentences .*", "slm-lm-train": r".*"}
 
 

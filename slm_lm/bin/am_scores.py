@@ -14,11 +14,10 @@ import json
 import sys
 from pathlib import Path
 
-from tqdm import tqdm
-
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
 from slm_lm.nbest import espnet_hypothesis_dirs
+from slm_lm.progress import progress_bar
 from slm_lm.transcripts import read_keyed, read_table, require_file
 from slm_lm.options import Parser
 
@@ -61,13 +60,14 @@ def write_scores(work, scorer, wavs: dict[str, str], wav_scp: str) -> None:
         ranks = [(rank_dir, ids) for rank_dir, ids in work if rank_dir.parent == folder]
         uttids = sorted({uttid for _, ids in ranks for uttid in ids})
         lines = {rank_dir: {} for rank_dir, _ in ranks}
-        for uttid in tqdm(uttids, desc=f"{PROG} {folder}", file=sys.stderr, mininterval=30):
-            if uttid not in wavs:
-                raise InputError(f"{wav_scp}: no line for utterance {uttid!r} (of {folder})")
-            held = [(rank_dir, ids[uttid]) for rank_dir, ids in ranks if uttid in ids]
-            scores = scorer.scores(reader[uttid][1], [hypothesis for _, hypothesis in held])
-            for (rank_dir, _), score in zip(held, scores):
-                lines[rank_dir][uttid] = f"{uttid} {json.dumps(score)}\n"
+        with progress_bar(uttids, desc=f"{PROG} {folder}", file=sys.stderr, mininterval=30) as bar:
+            for uttid in bar:
+                if uttid not in wavs:
+                    raise InputError(f"{wav_scp}: no line for utterance {uttid!r} (of {folder})")
+                held = [(rank_dir, ids[uttid]) for rank_dir, ids in ranks if uttid in ids]
+                scores = scorer.scores(reader[uttid][1], [hypothesis for _, hypothesis in held])
+                for (rank_dir, _), score in zip(held, scores):
+                    lines[rank_dir][uttid] = f"{uttid} {json.dumps(score)}\n"
         for rank_dir, by_uttid in lines.items():
             write_atomic(rank_dir / "scores", "".join(by_uttid[u] for u in sorted(by_uttid)))
 
@@ -89,7 +89,9 @@ def main(argv=None) -> None:
         wavs = read_table(args.wav_scp)
         for path in (args.asr_config, args.asr_model):  # before ESPnet is imported (it may print on stderr)
             require_file(path, "file")
-        from slm_lm.espnet_lm.am_scores import AmScorer
+        from slm_lm.espnet_lm.quiet_import import quiet_nltk_downloads
+        with quiet_nltk_downloads():
+            from slm_lm.espnet_lm.am_scores import AmScorer
 
         write_scores(work, AmScorer(args.asr_config, args.asr_model, args.device), wavs, args.wav_scp)
     except (InputError, OSError) as e:

@@ -34,9 +34,11 @@ def check_fusion_lm(lm_train_config, asr_train_config) -> None:
 
 def main(argv=None):
     """Register the kinds, check the fusion LM, then decode with ESPnet's asr_inference."""
-    from espnet2.bin import asr_inference
-
+    from slm_lm.espnet_lm.quiet_import import quiet_nltk_downloads
     from slm_lm.espnet_lm.registry import register_kinds
+
+    with quiet_nltk_downloads():
+        from espnet2.bin import asr_inference
 
     register_kinds()
     args = asr_inference.get_parser().parse_args(argv)

@@ -22,9 +22,11 @@ def check_train_config(path) -> None:
 
 def main(argv=None):
     """Register the kinds, check the LM's config, then run ESPnet's perplexity tool."""
-    from espnet2.bin import lm_calc_perplexity
-
+    from slm_lm.espnet_lm.quiet_import import quiet_nltk_downloads
     from slm_lm.espnet_lm.registry import register_kinds
+
+    with quiet_nltk_downloads():
+        from espnet2.bin import lm_calc_perplexity
 
     register_kinds()
     args = lm_calc_perplexity.get_parser().parse_args(argv)

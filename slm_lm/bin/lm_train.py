@@ -9,23 +9,46 @@ it ESPnet falls back to DataParallel); multi-node jobs go through ESPnet's launc
         --valid_shape_file dump/dev/text_shape --output_dir exp/lm_slm
 """
 
+import argparse
+import io
+import sys
+
 import yaml
 
 from slm_lm.errors import InputError, fail, yaml_problem
+from slm_lm.espnet_lm.quiet_import import quiet_nltk_downloads
+from slm_lm.fileio import decode_utf8, read_small_file
 
 
 def get_parser():
     """ESPnet's LM-task argument parser, with the slm_lm kinds among `--lm` choices."""
-    from slm_lm.espnet_lm.task import SlmLMTask
+    with quiet_nltk_downloads():
+        from slm_lm.espnet_lm.task import SlmLMTask
 
     return SlmLMTask.get_parser()
 
 
+def check_config(argv) -> None:
+    """The `--config` of the command line, if any, is a YAML file: checked before ESPnet is imported and
+    prints its log's first line (the command line), so that a bad one is the only line on stderr."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    parser.add_argument("--config")
+    try:
+        path = parser.parse_known_args(argv)[0].config
+    except argparse.ArgumentError:  # `--config` without a value: ESPnet's parser says so
+        return
+    if path is not None:
+        text = io.StringIO(decode_utf8(path, read_small_file(path, "ESPnet config")))
+        text.name = path  # the name PyYAML's messages give
+        yaml.safe_load(text)
+
+
 def main(argv=None):
     """Train an LM with ESPnet's trainer; bad inputs exit with a one-line error."""
-    from slm_lm.espnet_lm.task import SlmLMTask
-
     try:
+        check_config(sys.argv[1:] if argv is None else argv)
+        with quiet_nltk_downloads():
+            from slm_lm.espnet_lm.task import SlmLMTask
         SlmLMTask.main(cmd=argv)
     except (InputError, OSError) as e:
         fail("slm-lm-train", e)

@@ -6,12 +6,12 @@ counted with the same sentencepiece model ESPnet's preprocessor uses, so no coll
 from pathlib import Path
 
 import sentencepiece as spm
-from tqdm import tqdm
 
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import atomic_open, read_text_lines
 from slm_lm.options import Parser
 from slm_lm.outputs import check_no_overlap
+from slm_lm.progress import progress_bar
 
 
 def write_espnet_text(sentences, out_dir, bpemodel, prefix: str = "utt") -> int:
@@ -28,8 +28,8 @@ def write_espnet_text(sentences, out_dir, bpemodel, prefix: str = "utt") -> int:
     except (OSError, RuntimeError) as e:
         raise InputError(f"{bpemodel}: cannot load the sentencepiece model: {e}") from None
     count = 0
-    with atomic_open(out_dir / "text") as text, atomic_open(out_dir / "text_shape") as shape:
-        lines = tqdm(read_text_lines(sentences), desc=f"{sentences.name} -> ESPnet text", unit=" lines")
+    with atomic_open(out_dir / "text") as text, atomic_open(out_dir / "text_shape") as shape, \
+            progress_bar(read_text_lines(sentences), desc=f"{sentences.name} -> ESPnet text", unit=" lines") as lines:
         for count, line in lines:
             line = " ".join(line.split())
             if not line:

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from slm_lm.errors import InputError, os_problem
 from slm_lm.fileio import atomic_open, read_text_lines
+from slm_lm.progress import progress_bar
 from slm_lm.tokenizer import Tokenizer
 
 
@@ -45,19 +45,20 @@ def encode_corpus(text, tokenizer: Tokenizer, out, max_sentences: int = 0) -> di
         first = next(lines, None)
         if first is None:  # refused before the progress bar starts: the message is the only line
             raise InputError(f"{text}: no sentence to encode (the text is empty)")
-        for number, line in tqdm(_chain(first, lines), desc=f"encode {Path(text).name}", unit="sent"):
-            if max_sentences and sentences == max_sentences:
-                break
-            line = line.strip()
-            if not line:
-                raise InputError(f"{text}:{number}: empty line")
-            try:
-                pieces = tokenizer.encode(line)
-            except InputError as e:
-                raise InputError(f"{text}:{number}: {e}") from None
-            ids.extend(pieces)
-            ids.append(0)
-            sentences += 1
+        with progress_bar(_chain(first, lines), desc=f"encode {Path(text).name}", unit="sent") as numbered:
+            for number, line in numbered:
+                if max_sentences and sentences == max_sentences:
+                    break
+                line = line.strip()
+                if not line:
+                    raise InputError(f"{text}:{number}: empty line")
+                try:
+                    pieces = tokenizer.encode(line)
+                except InputError as e:
+                    raise InputError(f"{text}:{number}: {e}") from None
+                ids.extend(pieces)
+                ids.append(0)
+                sentences += 1
     finally:
         lines.close()
     return write_corpus(np.asarray(ids, dtype="<u2"), tokenizer, out)

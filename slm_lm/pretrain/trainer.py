@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from slm_lm import model_dir
 from slm_lm.config import LMConfig
@@ -24,6 +23,7 @@ from slm_lm.fileio import exclusive_dir_lock, new_directory, write_atomic
 from slm_lm.models import model_from_config
 from slm_lm.outputs import check_output_dir, finish_interrupted, staged_outputs
 from slm_lm.precision import autocast, resolve_dtype
+from slm_lm.progress import progress_bar
 from slm_lm.pretrain.corpus import batches, collate, load_corpus
 from slm_lm.pretrain.schedule import Budget, learning_rate
 from slm_lm.tokenizer import Tokenizer
@@ -301,8 +301,8 @@ class _TrainingRun:
         s, state = self.settings, self.state
         lengths = [len(sentence) + 2 for sentence in self.train_set]
         self.model.train()
-        with tqdm(total=s.updates or round(self.budget.seconds), unit="update" if s.updates else "s",
-                  desc=s.kind if s.updates else f"{s.kind} ({s.clock} s)", mininterval=30) as bar:
+        with progress_bar(total=s.updates or round(self.budget.seconds), unit="update" if s.updates else "s",
+                          desc=s.kind if s.updates else f"{s.kind} ({s.clock} s)", mininterval=30) as bar:
             while True:
                 order = batches(lengths, s.batch_tokens, random.Random(s.seed * 1000 + state["epoch"]))
                 while state["position"] < len(order):
