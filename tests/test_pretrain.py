@@ -402,3 +402,52 @@ def test_keep_models_refuses_a_snapshots_of_no_run_and_says_when_one_cannot_be_w
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert stop.value.code == 2 and line == f"slm-pretrain: error: --keep-models {out / 'snapshots'}: is a file, not a directory"
     assert (out / "curve.tsv").read_text() == curve  # no update trained
+
+
+def test_a_snapshot_killed_at_any_move_is_whole_or_absent_once_the_next_run_starts(data, tmp_path):
+    """A process SIGKILLed at each rename of `keep_snapshot` (its files written in staging, its plan, the
+    snapshot's move into place) leaves no snapshot or a whole one, never a half one under its name; after
+    `finish_interrupted` (what the next run calls first) snapshots/ holds nothing else."""
+    import os
+    import signal
+
+    from slm_lm.config import LMConfig
+    from slm_lm.models import model_from_config
+    from slm_lm.outputs import finish_interrupted
+
+    _, tokenizer = data
+    model = model_from_config(LMConfig(kind="clm", vocab_size=tokenizer.vocab_size, n_layers=1, d_model=16,
+                                       n_heads=2, d_ff=32, max_positions=32))
+    trainer.keep_snapshot(tmp_path / "ref", 7, model, tokenizer, {"updates": 7})
+    whole = {p.name: p.read_bytes() for p in (tmp_path / "ref" / "snapshots" / "7").iterdir()}
+    kill_at, killed = 1, True
+    while killed:
+        out = tmp_path / f"killed{kill_at}"
+        pid = os.fork()
+        if pid == 0:
+            try:
+                moves, rename, replace = [0], os.rename, os.replace
+
+                def counted(move):
+                    def counting(src, dst):
+                        moves[0] += 1
+                        if moves[0] == kill_at:
+                            os.kill(os.getpid(), signal.SIGKILL)
+                        move(src, dst)
+                    return counting
+
+                os.rename, os.replace = counted(rename), counted(replace)
+                trainer.keep_snapshot(out, 7, model, tokenizer, {"updates": 7})
+            finally:
+                os._exit(0)
+        killed = os.WIFSIGNALED(os.waitpid(pid, 0)[1])
+        for finished in (False, True):
+            if finished:
+                finish_interrupted(out / "snapshots", trainer.COMMAND)
+            shown = [p.name for p in (out / "snapshots").iterdir() if not p.name.startswith(".")]
+            assert shown in ([], ["7"]), (kill_at, shown)
+            if shown:
+                assert {p.name: p.read_bytes() for p in (out / "snapshots" / "7").iterdir()} == whole, kill_at
+        assert [p.name for p in (out / "snapshots").iterdir()] == shown, kill_at
+        kill_at += 1
+    assert kill_at > 5 and shown == ["7"]  # killed while the files were written and while it was moved
