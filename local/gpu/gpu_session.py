@@ -51,7 +51,6 @@ from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
 from slm_lm.nbest import load_nbest
 from slm_lm.pretrain.corpus import load_corpus, read_ids, write_corpus
-from slm_lm.rescore_inputs import normalized_sets
 from slm_lm.scorer import Scorer
 from slm_lm.tokenizer import Tokenizer
 
@@ -224,6 +223,8 @@ def prepare(args) -> None:
 
 def dev_texts(dev_sets: list) -> list:
     """The unique texts of the sets' 10-best lists, normalised as slm-rescore's LM sees them, sorted."""
+    from slm_lm.rescore_inputs import normalized_sets  # needs jiwer: on CPU (prepare) only, not on the GPU machine
+
     sets = normalized_sets([load_nbest(d, nbest=10) for d in dev_sets])
     return sorted({text for s in sets for text in s.unique_texts()})
 
