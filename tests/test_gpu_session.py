@@ -17,14 +17,17 @@ import torch
 
 from conftest import MIRROR
 from slm_lm.bin import pretrain as pretrain_cli
+from slm_lm.bin import subset_nbest
 from slm_lm.bpe import train_bpe
 from slm_lm.config import KINDS
 from slm_lm.nbest import load_nbest
 from slm_lm.pretrain import load_corpus
+from slm_lm.rescore_inputs import normalized_sets
 from slm_lm.scorer import Scorer
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "local" / "gpu" / "gpu_session.py"
+TRACK_WER = ROOT / "local" / "analyses" / "track_wer.py"
 NBEST = MIRROR / "librispeech_nbest" / "dev_other"
 TEXT = """IN THE BEGINNING GOD CREATED THE HEAVEN AND THE EARTH
 AND THE EARTH WAS WITHOUT FORM AND VOID AND DARKNESS WAS UPON THE FACE OF THE DEEP
@@ -58,28 +61,41 @@ def corpus(tmp_path_factory):
     return d / "corpus"
 
 
-def run(*args):
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=900,
+@pytest.fixture(scope="module")
+def dev_sets(tmp_path_factory):
+    """Every 200th utterance of both dev sets: a folder with dev_clean/ and dev_other/, and the --dev-sets value."""
+    d = tmp_path_factory.mktemp("gpu_dev_sets")
+    for name in ("dev_clean", "dev_other"):
+        subset_nbest.main([str(MIRROR / "librispeech_nbest" / name), str(d / name), "--every", "200"])
+    return d, f"{d / 'dev_clean'},{d / 'dev_other'}"
+
+
+def run(*args, script=SCRIPT):
+    return subprocess.run([sys.executable, str(script), *map(str, args)], capture_output=True, text=True, timeout=900,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
 
-def test_prepare_cuts_the_corpus_to_what_fits_beside_the_repository(gpu_session, corpus, tmp_path):
-    roomy = run("prepare", "--corpus", corpus, "--data", tmp_path / "all", "--nbest", NBEST)
+def test_prepare_cuts_the_corpus_to_what_fits_beside_the_repository(gpu_session, corpus, dev_sets, tmp_path):
+    roomy = run("prepare", "--corpus", corpus, "--data", tmp_path / "all", "--nbest", NBEST, "--dev-sets", dev_sets[1])
     assert roomy.returncode == 0, roomy.stdout + roomy.stderr
     assert sorted(p.name for p in (tmp_path / "all").iterdir()) == sorted(
         ["bpe.model", "tokens.txt", "train.ids.xz", "train.ids.json", "valid.ids.xz", "valid.ids.json",
-         "nbest_texts.txt.xz", "gpu_session.json"])
+         "nbest_texts.txt.xz", "dev_texts.txt.xz", "gpu_session.json"])
     assert (tmp_path / "all" / "train.ids.xz").read_bytes() == (corpus / "train.ids.xz").read_bytes()
     with lzma.open(tmp_path / "all" / "nbest_texts.txt.xz", "rt") as handle:
         texts = handle.read().splitlines()
     assert texts == load_nbest(NBEST, nbest=10).unique_texts() and len(texts) > 10_000
+    with lzma.open(tmp_path / "all" / "dev_texts.txt.xz", "rt") as handle:
+        dev_texts = handle.read().splitlines()
+    sets = normalized_sets([load_nbest(dev_sets[0] / name, nbest=10) for name in ("dev_clean", "dev_other")])
+    assert dev_texts == sorted(set(sets[0].unique_texts()) | set(sets[1].unique_texts())) and len(dev_texts) > 100
 
     repo, carried = gpu_session.travel_bytes(ROOT, [tmp_path / "all"])
     whole = (corpus / "train.ids.xz").stat().st_size
     limit = (repo + carried - whole + whole / 2) / 2**20  # room for about half of the corpus
     data = tmp_path / "data"
-    proc = run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST, "--travel-mib", limit,
-               "--spare-mib", 0)
+    proc = run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST, "--dev-sets", dev_sets[1],
+               "--travel-mib", limit, "--spare-mib", 0)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     repo, carried = gpu_session.travel_bytes(ROOT, [data])
     assert repo + carried <= limit * 2**20
@@ -87,23 +103,24 @@ def test_prepare_cuts_the_corpus_to_what_fits_beside_the_repository(gpu_session,
     assert len(every) / 4 < len(kept) < len(every) and all(np.array_equal(a, b) for a, b in zip(kept, every))
     assert f"{len(kept)} of {len(every)} training sentences" in proc.stdout
 
-    again = run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST, "--travel-mib", limit,
-                "--spare-mib", 0)  # a folder it made: made again
+    again = run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST, "--dev-sets", dev_sets[1],
+                "--travel-mib", limit, "--spare-mib", 0)  # a folder it made: made again
     assert again.returncode == 0 and len(load_corpus(data / "train.ids.xz")) == len(kept)
-    full = run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST, "--travel-mib", repo / 2**20)
+    full = run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST, "--dev-sets", dev_sets[1],
+               "--travel-mib", repo / 2**20)
     assert full.returncode == 2 and "no room for training sentences" in full.stderr
     for other in (corpus, tmp_path / "user"):  # a folder it did not make is left alone
         (tmp_path / "user").mkdir(exist_ok=True)
         (tmp_path / "user" / "notes.txt").write_text("mine")
         before = sorted(p.name for p in other.iterdir())
-        refused = run("prepare", "--corpus", corpus, "--data", other, "--nbest", NBEST)
+        refused = run("prepare", "--corpus", corpus, "--data", other, "--nbest", NBEST, "--dev-sets", dev_sets[1])
         assert refused.returncode == 2 and refused.stderr.startswith("gpu_session: error: --data")
         assert len(refused.stderr.strip().splitlines()) == 1 and sorted(p.name for p in other.iterdir()) == before
 
 
-def test_dry_run_trains_both_models_and_everything_would_come_back(gpu_session, corpus, tmp_path):
+def test_dry_run_trains_both_models_and_everything_would_come_back(gpu_session, corpus, dev_sets, tmp_path):
     data = tmp_path / "data"
-    assert run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST).returncode == 0
+    assert run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST, "--dev-sets", dev_sets[1]).returncode == 0
     proc = run("run", "--dry-run", "--data", data, "--out", tmp_path / "out", "--run-dir", tmp_path / "run",
                "--batch-tokens", 512)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -115,7 +132,7 @@ def test_dry_run_trains_both_models_and_everything_would_come_back(gpu_session, 
     info = json.loads((tmp_path / "out" / "summary.json").read_text())
     stages = info["stages"]
     assert info["dry_run"] and list(stages) == ["tests", "parity", "latency_float32", "latency_bfloat16", "rescoring",
-                                                "mfu", "attention", "train_slm", "train_clm"]
+                                                "mfu", "attention", "train_slm", "train_clm", "track", "pack"]
     assert all(s["status"] == "ok" for s in stages.values()), stages
     assert stages["tests"]["results"]["passed"] >= 6 and "failed" not in stages["tests"]["results"]
     parity = stages["parity"]["results"]
@@ -140,9 +157,34 @@ def test_dry_run_trains_both_models_and_everything_would_come_back(gpu_session, 
     assert curves[0].startswith("kind\tminutes\tupdates") and {c.split("\t")[0] for c in curves[1:]} == {"slm", "clm"}
     with tarfile.open(fileobj=io.BytesIO(b"".join((tmp_path / "out" / p).read_bytes() for p in parts))) as tar:
         tar.extractall(tmp_path / "back")
+    with lzma.open(data / "dev_texts.txt.xz", "rt") as handle:
+        texts = handle.read().splitlines()
+    with lzma.open(tmp_path / "back" / "track_scores.tsv.xz", "rt") as handle:
+        header, *rows = handle.read().splitlines()
+    names = header.split("\t")[1:]
+    assert [r.split("\t")[0] for r in rows] == texts
+    assert [r["model"] for r in stages["track"]["results"]] == names
     for kind in ("slm", "clm"):
         scorer = Scorer.from_pretrained(tmp_path / "back" / kind / "model")
         assert scorer.model.config.kind == kind and all(math.isfinite(x) for x in scorer.score(["AND GOD SAID"]))
+        kept = [n for n in names if n.startswith(f"{kind}-")]  # the model of every validation after update 0
+        validated = [int(r.split("\t")[1]) for r in (tmp_path / "back" / kind / "curve.tsv").read_text().splitlines()[1:]]
+        assert [int(n.split("-")[1]) for n in kept] == [u for u in validated if u > 0] and kept
+        last = [float(r.split("\t")[1 + names.index(kept[-1])]) for r in rows]  # the exported model's scores
+        assert last == pytest.approx(scorer.score(texts), abs=1e-3)
+    assert stages["pack"]["parts"] == parts
+
+    evaluated = run("--returned", tmp_path / "back", "--nbest", dev_sets[0], "--out", tmp_path / "track",
+                    script=TRACK_WER)
+    assert evaluated.returncode == 0, evaluated.stdout + evaluated.stderr
+    table = (tmp_path / "track" / "track.md").read_text().splitlines()
+    assert [line.split(" | ")[0].strip("| ") for line in table[2:]] == ["AM only", "score:lm (first pass)",
+                                                                         *(n.split("-")[0] for n in names)]
+    assert all(float(cell.split()[0]) >= 0 for line in table[2:] for cell in line.strip("|").split(" | ")[4:6])
+    missing = run("--returned", tmp_path / "back", "--nbest", MIRROR / "librispeech_nbest", "--out",
+                  tmp_path / "track_full", script=TRACK_WER)  # texts the track stage did not score
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
+    assert "track_scores.tsv.xz has no score of" in missing.stderr
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert summary.startswith("# GPU session (DRY RUN on CPU)") and "| slm |" in summary and "MFU" in summary
     assert "## trained models" in summary and summary.count(" | True |") == 2
@@ -165,7 +207,8 @@ def test_without_a_gpu_or_its_data_it_stops_with_one_line(corpus, tmp_path):
     if not torch.cuda.is_available():
         for name in ("bpe.model", "tokens.txt", "train.ids.xz", "valid.ids.xz"):
             (tmp_path / name).write_bytes((corpus / name).read_bytes())
-        (tmp_path / "nbest_texts.txt.xz").write_bytes(b"")
+        for name in ("nbest_texts.txt.xz", "dev_texts.txt.xz"):
+            (tmp_path / name).write_bytes(b"")
         nogpu = run("run", "--data", tmp_path, "--out", tmp_path / "out")
         assert nogpu.returncode == 2 and len(nogpu.stderr.strip().splitlines()) == 1
         assert "gpu_session: error: no CUDA device" in nogpu.stderr

@@ -299,3 +299,155 @@ def test_encode_records_the_tokenizer_and_load_checks_it(data, tmp_path):
         load_corpus(tmp_path / "valid.ids.xz", tokenizer)
     (tmp_path / "valid.ids.json").unlink()
     assert len(load_corpus(tmp_path / "valid.ids.xz", other)) == len(TEXT.splitlines())  # no record: no check
+
+
+def _stats(directory) -> dict:
+    """(inode, mtime) of `directory` and of each file in it: what a rewrite would change."""
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in [directory, *sorted(directory.iterdir())]}
+
+
+def test_keep_models_keeps_a_scoring_ready_model_of_every_validation(data, tmp_path):
+    """--keep-models: OUT/snapshots/N/ for every validated update count N, each a scorer with its own card;
+    the last is OUT/model/; no leftover of the staging. Without it: no snapshots/."""
+    directory, _ = data
+    run = ["train", "--kind", "clm", "--data", str(directory), "--updates", "4", "--valid-every", "0", *TINY]
+    out = tmp_path / "kept"
+    pretrain_cli.main(run + ["--out", str(out), "--keep-models"])
+    rows = {int(row.split("\t")[1]): float(row.split("\t")[4])
+            for row in (out / "curve.tsv").read_text().splitlines()[1:]}
+    assert sorted(rows) == [0, 1, 2, 3, 4]  # --valid-every 0: a validation before every update and at the end
+    assert sorted(p.name for p in (out / "snapshots").iterdir()) == [str(n) for n in sorted(rows)]
+    weights = {}
+    for updates, valid_ce in rows.items():
+        snapshot = out / "snapshots" / str(updates)
+        card = json.loads((snapshot / "training.json").read_text())
+        assert card["updates"] == updates and card["valid_ce"] == pytest.approx(valid_ce, abs=1e-4)
+        scores = Scorer.from_pretrained(snapshot).score(["AND GOD SAID LET THERE BE LIGHT"])
+        assert len(scores) == 1 and np.isfinite(scores[0])
+        weights[updates] = (snapshot / "model.safetensors").read_bytes()
+    assert len(set(weights.values())) == len(rows) - 1  # each validation's weights (the first update's lr is 0)
+    for name in ("model.safetensors", "config.json", "training.json", "bpe.model", "tokens.txt"):
+        assert (out / "snapshots" / "4" / name).read_bytes() == (out / "model" / name).read_bytes(), name
+    pretrain_cli.main(run + ["--out", str(tmp_path / "plain")])
+    assert (tmp_path / "plain" / "model").is_dir() and not (tmp_path / "plain" / "snapshots").exists()
+
+
+def test_keep_models_never_rewrites_a_snapshot_and_resumes_with_or_without_it(data, tmp_path):
+    """A finished run run again, or a resumed one validating again at the same updates, leaves the snapshot
+    there as it is; a run may be resumed without --keep-models and again with it; a killed snapshot's staging
+    left in snapshots/ is removed by the next run."""
+    directory, _ = data
+    out = tmp_path / "run"
+    run = ["train", "--kind", "clm", "--data", str(directory), "--out", str(out), "--valid-every", "0", *TINY]
+    pretrain_cli.main(run + ["--updates", "3", "--keep-models"])
+    kept = {n: _stats(out / "snapshots" / n) for n in ("0", "3")}
+    leftover = out / "snapshots" / ".slm-pretrain.killed.swap"  # a run killed while writing its snapshot
+    (leftover / "new" / "5").mkdir(parents=True)
+    (leftover / "new" / "5" / "model.safetensors").write_bytes(b"half")
+    pretrain_cli.main(run + ["--updates", "3", "--keep-models"])  # finished: validates at 3 again
+    assert {n: _stats(out / "snapshots" / n) for n in ("0", "3")} == kept
+    assert not leftover.exists()
+    pretrain_cli.main(run + ["--updates", "5"])  # resumed without it: no snapshot of 4 or 5
+    assert sorted(p.name for p in (out / "snapshots").iterdir()) == ["0", "1", "2", "3"]
+    pretrain_cli.main(run + ["--updates", "6", "--keep-models"])  # resumed with it: validates at 5 again, then 6
+    assert sorted(p.name for p in (out / "snapshots").iterdir()) == ["0", "1", "2", "3", "5", "6"]
+    assert {n: _stats(out / "snapshots" / n) for n in ("0", "3")} == kept
+    assert json.loads((out / "snapshots" / "5" / "training.json").read_text())["updates"] == 5
+    assert (out / "snapshots" / "6" / "model.safetensors").read_bytes() == (out / "model" / "model.safetensors").read_bytes()
+
+
+def test_keep_models_refuses_a_snapshots_of_no_run_and_says_when_one_cannot_be_written(data, tmp_path, monkeypatch,
+                                                                                     capsys):
+    """An --out with a snapshots/ but no checkpoint is refused as one with a model/ (one line, exit 2, nothing
+    touched); a snapshot that cannot be written (a full disk) ends the run with one line naming snapshots/,
+    which is left as it was (here: not there)."""
+    import errno
+
+    from slm_lm import model_dir
+
+    directory, _ = data
+    run = ["train", "--kind", "clm", "--data", str(directory), "--updates", "2", *TINY]
+    out = tmp_path / "mine"
+    (out / "snapshots" / "0").mkdir(parents=True)
+    (out / "snapshots" / "0" / "notes.txt").write_text("mine\n")
+    for option in ([], ["--keep-models"]):
+        with pytest.raises(SystemExit) as stop:
+            pretrain_cli.main(run + ["--out", str(out), *option])
+        line = capsys.readouterr().err.strip()
+        assert stop.value.code == 2 and line.startswith(f"slm-pretrain: error: {out / 'snapshots'}: not written by"), line
+        assert sorted(p.name for p in out.rglob("*")) == ["0", "notes.txt", "snapshots"]
+
+    write_atomic = model_dir.write_atomic
+
+    def full_under_snapshots(path, data):
+        if "snapshots" in path.parts:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        write_atomic(path, data)
+
+    monkeypatch.setattr(model_dir, "write_atomic", full_under_snapshots)
+    out = tmp_path / "full"
+    with pytest.raises(SystemExit) as stop:
+        pretrain_cli.main(run + ["--out", str(out), "--keep-models"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if ": error: " in line]
+    assert stop.value.code == 2 and len(errors) == 1, errors
+    assert errors[0].startswith(f"slm-pretrain: error: --keep-models {out / 'snapshots'}: cannot write the outputs "
+                                "(No space left on device: "), errors[0]
+    assert errors[0].endswith("; it is as it was") and not (out / "snapshots").exists()
+    assert (out / "model" / "training.json").exists()  # the validation's other outputs are written before
+    monkeypatch.undo()
+    (out / "snapshots").write_text("a file\n")
+    curve = (out / "curve.tsv").read_text()
+    with pytest.raises(SystemExit) as stop:  # refused before training, not at the first validation
+        pretrain_cli.main(run + ["--out", str(out), "--keep-models"])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 2 and line == f"slm-pretrain: error: --keep-models {out / 'snapshots'}: is a file, not a directory"
+    assert (out / "curve.tsv").read_text() == curve  # no update trained
+
+
+def test_a_snapshot_killed_at_any_move_is_whole_or_absent_once_the_next_run_starts(data, tmp_path):
+    """A process SIGKILLed at each rename of `keep_snapshot` (its files written in staging, its plan, the
+    snapshot's move into place) leaves no snapshot or a whole one, never a half one under its name; after
+    `finish_interrupted` (what the next run calls first) snapshots/ holds nothing else."""
+    import os
+    import signal
+
+    from slm_lm.config import LMConfig
+    from slm_lm.models import model_from_config
+    from slm_lm.outputs import finish_interrupted
+
+    _, tokenizer = data
+    model = model_from_config(LMConfig(kind="clm", vocab_size=tokenizer.vocab_size, n_layers=1, d_model=16,
+                                       n_heads=2, d_ff=32, max_positions=32))
+    trainer.keep_snapshot(tmp_path / "ref", 7, model, tokenizer, {"updates": 7})
+    whole = {p.name: p.read_bytes() for p in (tmp_path / "ref" / "snapshots" / "7").iterdir()}
+    kill_at, killed = 1, True
+    while killed:
+        out = tmp_path / f"killed{kill_at}"
+        pid = os.fork()
+        if pid == 0:
+            try:
+                moves, rename, replace = [0], os.rename, os.replace
+
+                def counted(move):
+                    def counting(src, dst):
+                        moves[0] += 1
+                        if moves[0] == kill_at:
+                            os.kill(os.getpid(), signal.SIGKILL)
+                        move(src, dst)
+                    return counting
+
+                os.rename, os.replace = counted(rename), counted(replace)
+                trainer.keep_snapshot(out, 7, model, tokenizer, {"updates": 7})
+            finally:
+                os._exit(0)
+        killed = os.WIFSIGNALED(os.waitpid(pid, 0)[1])
+        for finished in (False, True):
+            if finished:
+                finish_interrupted(out / "snapshots", trainer.COMMAND)
+            shown = [p.name for p in (out / "snapshots").iterdir() if not p.name.startswith(".")]
+            assert shown in ([], ["7"]), (kill_at, shown)
+            if shown:
+                assert {p.name: p.read_bytes() for p in (out / "snapshots" / "7").iterdir()} == whole, kill_at
+        assert [p.name for p in (out / "snapshots").iterdir()] == shown, kill_at
+        kill_at += 1
+    assert kill_at > 5 and shown == ["7"]  # killed while the files were written and while it was moved

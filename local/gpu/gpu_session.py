@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""One GPU command: measure the GPU, then train an SLM and a CLM of one shape for equal GPU time.
+"""One GPU command: measure the GPU, train an SLM and a CLM of one shape for equal GPU time, and score the
+dev N-best texts with the model of every validation along both runs.
 
 `prepare` (on CPU, where the corpus is) builds the folder that travels to the GPU machine beside the
 repository from an encoded corpus (`slm-pretrain encode`), sized so that both fit the limit (--travel-mib):
   train.ids.xz   the first sentences of the corpus that fit
   valid.ids.xz   its validation sentences; bpe.model, tokens.txt: the tokenizer
   nbest_texts.txt.xz  the unique hypothesis texts of a real 10-best set (scoring throughput)
+  dev_texts.txt.xz    the unique hypothesis texts of the dev 10-best sets, as rescoring's LM sees them
 
 `run` (on the GPU machine, or --dry-run on CPU) runs these stages within a wall-clock budget (--minutes),
 each a subprocess with a time limit (one that fails or runs out of time is reported, and the next one runs):
@@ -17,11 +19,14 @@ each a subprocess with a time limit (one that fails or runs out of time is repor
   mfu        local/benchmarks/bench_train_speed.py: tokens/s and MFU of every kind at the trained shape
   attention  local/benchmarks/bench_attention.py: the SLM's SDPA against FlexAttention (scores, speed)
   train      slm-pretrain train: the SLM, then the CLM, each for the same minutes of training (what the
-             measurements leave, at most --train-minutes), validated every --valid-every minutes
+             measurements leave, at most --train-minutes), validated every --valid-every minutes; with
+             the track stage, the model of every validation is kept (slm-pretrain --keep-models)
+  track      every kept model scores dev_texts (`score-snapshots`): track_scores.tsv.xz, a column per model
 --out gets at most 8 files, none over 16 MiB: summary.md, summary.json, session.log (every stage's output),
-curves.tsv, and models.tar.00, ... (both fp16 model directories: `cat models.tar.* | tar -x`).
+curves.tsv, and models.tar.00, ... (both fp16 model directories and track_scores.tsv.xz: `cat models.tar.* |
+tar -x`; local/analyses/track_wer.py rescores the dev sets with every column on CPU).
 
-  python local/gpu/gpu_session.py prepare --corpus exp/pretrain/data --data exp/gpu/data
+  python local/gpu/gpu_session.py prepare --corpus exp/pretrain/books --data exp/gpu/data
   python local/gpu/gpu_session.py run --dry-run --data exp/gpu/data --out exp/gpu/dry   # rehearsal on CPU
   python3 local/gpu/gpu_session.py run --data exp/gpu/data --out "$OUT"                 # on the GPU
 """
@@ -46,11 +51,14 @@ from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
 from slm_lm.nbest import load_nbest
 from slm_lm.pretrain.corpus import load_corpus, read_ids, write_corpus
+from slm_lm.scorer import Scorer
 from slm_lm.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
-STAGES = ("tests", "parity", "latency", "rescoring", "mfu", "attention", "train")
-DATA_FILES = ("train.ids.xz", "valid.ids.xz", "bpe.model", "tokens.txt", "nbest_texts.txt.xz")
+STAGES = ("tests", "parity", "latency", "rescoring", "mfu", "attention", "train", "track")
+DATA_FILES = ("train.ids.xz", "valid.ids.xz", "bpe.model", "tokens.txt", "nbest_texts.txt.xz", "dev_texts.txt.xz")
+DEV_SETS = ("dev_clean", "dev_other")  # of slm-data's librispeech-nbest: the texts the track stage scores
+TRACK_TABLE = "track_scores.tsv.xz"
 KINDS = ("slm", "clm")  # trained one after the other, for the same minutes
 SHAPE = dict(n_layers=6, d_model=384, n_heads=6, d_ff=1536, max_positions=256)
 MIB = 2**20
@@ -60,7 +68,7 @@ MISSING_ON_THE_GPU = ("espnet", "espnet2", "jiwer", "kaldiio")  # not installed 
 
 # Per mode: the stages' options and time limits (s); the command's minutes; the training's most and least
 # minutes per model, validation interval (minutes), and seconds per run beside its training (start,
-# validations, export); the seconds kept free at the end. The measurements are cut short to leave both
+# validations, export); the seconds kept for the track stage; the seconds kept free at the end. The measurements are cut short to leave both
 # models their least training. The dry run keeps the trained shape (the exported models have their real
 # size) and shrinks everything else.
 PLANS = {
@@ -73,8 +81,9 @@ PLANS = {
                    "--max-tokens", "65536"],
         mfu=["--tokens", "32768", "--length", "64", "--steps", "10", "--warmup", "3", "--matmul-size", "8192"],
         attention=["--rows", "100", "--length", "64", "--tokens", "32768", "--repeats", "7"],
-        train=["--valid-sentences", "0"], batch_tokens=32768,
-        minutes=9.0, train_minutes=3.0, train_least=2.0, valid_every=0.5, train_start=45, end_margin=15),
+        train=["--valid-sentences", "0"], batch_tokens=32768, track=["--max-tokens", "65536", "--dtype", "bfloat16"],
+        minutes=9.0, train_minutes=3.0, train_least=2.0, valid_every=0.5, train_start=45, track_seconds=120,
+        end_margin=15),
     "dry": dict(
         limits=dict(tests=300, parity=120, latency=180, rescoring=180, mfu=300, attention=120),
         tests=["-k", "test_clm_ignores_the_future or test_alone_equals_inside_padded_batch"],
@@ -86,8 +95,9 @@ PLANS = {
         mfu=["--tokens", "256", "--length", "32", "--steps", "1", "--warmup", "0", "--matmul-size", "256",
              "--threads", "1"],
         attention=["--rows", "6", "--length", "12", "--repeats", "1", "--threads", "1"],
-        train=["--valid-sentences", "20", "--threads", "1"], batch_tokens=1024,
-        minutes=60.0, train_minutes=0.1, train_least=0.05, valid_every=0.05, train_start=120, end_margin=20),
+        train=["--valid-sentences", "20", "--threads", "1"], batch_tokens=1024, track=["--threads", "1", "--dtype", "float32"],
+        minutes=60.0, train_minutes=0.1, train_least=0.05, valid_every=0.05, train_start=120, track_seconds=600,
+        end_margin=20),
 }
 
 
@@ -100,6 +110,8 @@ def parse_args(argv=None):
     prep.add_argument("--data", required=True, help="the folder to build (git-ignored; copied to the GPU machine with the repository)")
     prep.add_argument("--nbest", help="the N-best set whose unique 10-best texts time the scoring "
                       "(default: dev_other of slm-data get librispeech-nbest)")
+    prep.add_argument("--dev-sets", help="comma-separated N-best sets whose unique 10-best texts the track stage "
+                      f"scores (default: {' and '.join(DEV_SETS)} of slm-data get librispeech-nbest)")
     prep.add_argument("--travel-mib", type=float, default=64.0, help="what may travel: repository + --data")
     prep.add_argument("--spare-mib", type=float, default=1.0, help="kept free under --travel-mib")
     run = sub.add_parser("run", help="the GPU command (or its CPU rehearsal with --dry-run)")
@@ -114,6 +126,13 @@ def parse_args(argv=None):
     run.add_argument("--batch-tokens", type=int, help="padded tokens per update of both models (default 32768; dry 1024)")
     run.add_argument("--warmup", type=float, default=0.05, help="warm-up share of the training budget")
     run.add_argument("--part-mib", type=float, default=15.5, help="size of the models.tar.NN parts")
+    score = sub.add_parser("score-snapshots", help="the track stage's subprocess: score dev_texts with every kept model")
+    score.add_argument("--data", required=True, help="the folder `prepare` built")
+    score.add_argument("--run-dir", required=True, help="holds KIND/snapshots/UPDATES/; gets track/KIND-UPDATES.txt")
+    score.add_argument("--device", default="cuda")
+    score.add_argument("--dtype", default="bfloat16")
+    score.add_argument("--max-tokens", type=int, default=8192, help="padded tokens per scoring batch")
+    score.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
     args = p.parse_args(argv)
     if args.command == "run":
         args.stages = args.stages.split(",")
@@ -169,14 +188,17 @@ def prepare(args) -> None:
     if data.is_dir() and any(data.iterdir()) and not (data / MADE).exists():
         raise InputError(f"--data {data}: a folder that `prepare` did not make; give a new folder")
     nbest = args.nbest or datasets.require("librispeech-nbest") / "dev_other"
+    dev_sets = args.dev_sets.split(",") if args.dev_sets else [datasets.require("librispeech-nbest") / d for d in DEV_SETS]
     tokenizer = Tokenizer.from_dir(corpus)
     ids = read_ids(corpus / "train.ids.xz", tokenizer)
     load_corpus(corpus / "valid.ids.xz", tokenizer)
     data.mkdir(parents=True, exist_ok=True)
-    write_atomic(data / MADE, json.dumps({"corpus": str(corpus), "nbest": str(nbest)}) + "\n")
+    write_atomic(data / MADE, json.dumps({"corpus": str(corpus), "nbest": str(nbest),
+                                          "dev_sets": [str(d) for d in dev_sets]}) + "\n")
     for name in ("bpe.model", "tokens.txt", "valid.ids.xz", "valid.ids.json"):
         write_atomic(data / name, (corpus / name).read_bytes())
     write_atomic(data / "nbest_texts.txt.xz", lzma.compress(("\n".join(load_nbest(nbest, nbest=10).unique_texts()) + "\n").encode()))
+    write_atomic(data / "dev_texts.txt.xz", lzma.compress(("\n".join(dev_texts(dev_sets)) + "\n").encode()))
     ends = np.flatnonzero(ids == 0)
     kept, size = len(ends), (corpus / "train.ids.xz").stat().st_size
     for name in ("train.ids.xz", "train.ids.json"):  # an earlier `prepare`'s
@@ -197,6 +219,14 @@ def prepare(args) -> None:
     print(f"gpu_session: {data}: {kept} of {len(ends)} training sentences ({ends[kept - 1] + 1 - kept} pieces); "
           f"travels {(repo + carried) / MIB:.2f} MiB: repository {repo / MIB:.2f} MiB + data {carried / MIB:.2f} MiB "
           f"(limit {args.travel_mib} MiB)")
+
+
+def dev_texts(dev_sets: list) -> list:
+    """The unique texts of the sets' 10-best lists, normalised as slm-rescore's LM sees them, sorted."""
+    from slm_lm.rescore_inputs import normalized_sets  # needs jiwer: on CPU (prepare) only, not on the GPU machine
+
+    sets = normalized_sets([load_nbest(d, nbest=10) for d in dev_sets])
+    return sorted({text for s in sets for text in s.unique_texts()})
 
 
 # ---------------------------------------------------------------- run (GPU, or CPU with --dry-run)
@@ -266,12 +296,17 @@ class Session:
         print(f"gpu_session: {name}: {status} in {seconds:.0f} s", flush=True)
         return {"status": status, "seconds": round(seconds, 1), "returncode": code, "stdout": stdout}
 
+    def track_reserve(self) -> float:
+        """The seconds kept for a later track stage."""
+        return self.plan["track_seconds"] if "track" in self.args.stages else 0
+
     def limit(self, name: str) -> float:
-        """The stage's own limit, cut so that a later train stage keeps both models' least training."""
-        reserve = 0
+        """The stage's own limit, cut so that a later train stage keeps both models' least training and a
+        later track stage its seconds."""
+        reserve = self.track_reserve()
         if "train" in self.args.stages:
             least = min(self.plan["train_least"], self.args.train_minutes)
-            reserve = len(KINDS) * (self.plan["train_start"] + 60 * least) + self.plan["end_margin"]
+            reserve += len(KINDS) * (self.plan["train_start"] + 60 * least) + self.plan["end_margin"]
         return min(self.plan["limits"][name], self.seconds_left() - reserve)
 
     def measure(self, name: str, commands: dict, read):
@@ -343,9 +378,11 @@ class Session:
         self.measure("attention", {"attention": (command, path)}, lambda saved: {k: saved[k] for k in ("scoring", "training")})
 
     def train(self):
-        """Train the SLM, then the CLM, for the same minutes each; bring both back with their curves."""
-        minutes = training_minutes(self.seconds_left() - self.plan["end_margin"], self.args.train_minutes,
-                                   self.plan["train_start"], min(self.plan["train_least"], self.args.train_minutes))
+        """Train the SLM, then the CLM, for the same minutes each (keeping the model of every validation for
+        a later track stage); write both curves."""
+        minutes = training_minutes(self.seconds_left() - self.plan["end_margin"] - self.track_reserve(),
+                                   self.args.train_minutes, self.plan["train_start"],
+                                   min(self.plan["train_least"], self.args.train_minutes))
         if not minutes:
             self.stages["train"] = {"status": "skipped: no time left in this command"}
             return
@@ -358,13 +395,14 @@ class Session:
                 shutil.rmtree(run)
             run.mkdir(parents=True)
             write_atomic(run / MADE, json.dumps({"kind": kind, "minutes": minutes}) + "\n")
-            deadline = (self.seconds_left() - self.plan["end_margin"]) / (len(KINDS) - i)
+            deadline = (self.seconds_left() - self.plan["end_margin"] - self.track_reserve()) / (len(KINDS) - i)
             command = [sys.executable, "-m", "slm_lm.bin.pretrain", "train", "--kind", kind, "--data",
                        self.args.data, "--out", run, "--minutes", f"{minutes:.3f}", "--clock", "wall",
                        "--deadline", f"{deadline / 60:.3f}", "--device", self.args.device, "--dtype", "bfloat16",
                        "--lr", self.args.lr, "--warmup", self.args.warmup, "--dropout", "0",
                        "--batch-tokens", self.args.batch_tokens,
-                       "--valid-every", self.plan["valid_every"], *shape_options(), *self.plan["train"]]
+                       "--valid-every", self.plan["valid_every"], *shape_options(), *self.plan["train"],
+                       *(["--keep-models"] if "track" in self.args.stages else [])]
             result = self.call(f"train_{kind}", command, deadline + 30)
             card_path = run / "model" / "training.json"
             if card_path.exists():
@@ -373,21 +411,41 @@ class Session:
                 card["tokens_per_s"] = card["tokens_seen"] / max(1e-9, 60 * card["spent_minutes"])
                 result["results"] = card
             self.stages[f"train_{kind}"] = result
-        runs = [kind for kind in KINDS if (self.run_dir / kind / "model" / "training.json").exists()]
+        runs = self.trained()
         if runs:
             write_atomic(self.out / "curves.tsv", curves(self.run_dir, runs))
-            try:
-                self.stages[f"train_{runs[-1]}"]["parts"] = self.pack(runs)
-            except ValueError as e:
-                self.stages[f"train_{runs[-1]}"]["status"] = f"failed: {e}"
 
-    def pack(self, runs: list) -> list:
-        """KIND/model/ and KIND/curve.tsv of every run as one tar, written to --out in parts of --part-mib."""
+    def trained(self) -> list:
+        """The kinds whose run in --run-dir has exported a model."""
+        return [kind for kind in KINDS if (self.run_dir / kind / "model" / "training.json").exists()]
+
+    def track(self):
+        """Score dev_texts with every kept model, in a subprocess (`score-snapshots`) given what is left."""
+        limit = self.seconds_left() - self.plan["end_margin"]
+        if limit < 10:
+            self.stages["track"] = {"status": "skipped: no time left in this command"}
+            return
+        command = [sys.executable, Path(__file__).resolve(), "score-snapshots", "--data", self.args.data,
+                   "--run-dir", self.run_dir, "--device", self.args.device, *self.plan["track"]]
+        result = self.call("track", command, limit)
+        result["results"] = [json.loads(line) for line in result["stdout"].splitlines() if line.startswith("{")]
+        self.stages["track"] = result
+
+    def pack(self):
+        """KIND/model/ and KIND/curve.tsv of every run, and the track stage's table, as one tar written to --out
+        in parts of --part-mib."""
+        runs, table = self.trained(), track_table(self.args.data, self.run_dir)
+        if not runs and table is None:
+            return
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
             for kind in runs:
                 tar.add(self.run_dir / kind / "model", arcname=f"{kind}/model")
                 tar.add(self.run_dir / kind / "curve.tsv", arcname=f"{kind}/curve.tsv")
+            if table is not None:
+                member = tarfile.TarInfo(TRACK_TABLE)
+                member.size, member.mtime = len(table), int(time.time())
+                tar.addfile(member, io.BytesIO(table))
         data, size = buffer.getvalue(), int(self.args.part_mib * MIB)
         parts = [data[i : i + size] for i in range(0, len(data), size)]
         room = BACK_FILES - 4  # summary.md, summary.json, session.log, curves.tsv
@@ -399,7 +457,62 @@ class Session:
         names = [f"models.tar.{i:02d}" for i in range(len(parts))]
         for name, part in zip(names, parts):
             write_atomic(self.out / name, part)
-        return names
+        self.stages["pack"] = {"status": "ok", "parts": names, "mib": round(len(data) / MIB, 2)}
+
+
+def read_texts(path: Path) -> list:
+    """The lines of an lzma-compressed text file that `prepare` wrote."""
+    with lzma.open(path, "rt", encoding="utf-8") as handle:
+        return handle.read().splitlines()
+
+
+def snapshots(run_dir: Path) -> list:
+    """(kind, updates, directory) of every model a run kept after its first update, by kind, then by updates."""
+    found = []
+    for kind in KINDS:
+        folder = run_dir / kind / "snapshots"
+        if folder.is_dir():
+            found += sorted((kind, int(d.name), d) for d in folder.iterdir() if d.name.isdigit() and int(d.name) > 0)
+    return found
+
+
+def score_snapshots(args) -> None:
+    """Score dev_texts with every kept model: its scores go to track/KIND-UPDATES.txt (one a line, in
+    dev_texts' order) as soon as they are done, with a JSON line on stdout, so a stage stopped by its time
+    limit keeps the models it finished."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    run_dir = Path(args.run_dir)
+    texts, folder = read_texts(Path(args.data) / "dev_texts.txt.xz"), run_dir / "track"
+    if folder.exists():  # an earlier command's scores go, no other folder
+        if not (folder / MADE).exists():
+            raise InputError(f"{folder}: a folder that gpu_session did not make; give another --run-dir")
+        shutil.rmtree(folder)
+    folder.mkdir()
+    write_atomic(folder / MADE, json.dumps({"texts": len(texts)}) + "\n")
+    for kind, updates, directory in snapshots(run_dir):
+        began = time.monotonic()
+        scorer = Scorer.from_pretrained(directory, device=args.device, dtype=args.dtype, max_tokens=args.max_tokens)
+        scores = scorer.score(texts)
+        write_atomic(folder / f"{kind}-{updates}.txt", "".join(f"{x:.4f}\n" for x in scores))
+        print(json.dumps({"model": f"{kind}-{updates}", "texts": len(texts),
+                          "seconds": round(time.monotonic() - began, 1)}), flush=True)
+
+
+def track_table(data: str, run_dir: Path) -> bytes | None:
+    """TRACK_TABLE's bytes: a `text` column (dev_texts), then a column KIND-UPDATES of each scored model; None
+    when no model was scored."""
+    folder = run_dir / "track"
+    names = [f"{kind}-{updates}" for kind, updates, _ in snapshots(run_dir) if (folder / f"{kind}-{updates}.txt").is_file()]
+    if not names:
+        return None
+    texts = read_texts(Path(data) / "dev_texts.txt.xz")
+    columns = [(folder / f"{name}.txt").read_text().splitlines() for name in names]
+    for name, column in zip(names, columns):
+        if len(column) != len(texts):
+            raise ValueError(f"{folder / name}.txt: {len(column)} scores for {len(texts)} texts")
+    rows = ["\t".join(["text", *names]), *("\t".join(row) for row in zip(texts, *columns))]
+    return lzma.compress(("\n".join(rows) + "\n").encode())
 
 
 def shape_options(drop=()) -> list:
@@ -465,6 +578,10 @@ def run(args) -> None:
         except Exception as e:  # report it and go on: the other stages' results still come back
             session.stages[name] = {"status": f"error: {type(e).__name__}: {e}"}
             print(f"gpu_session: {name}: error: {e}", flush=True)
+    try:
+        session.pack()
+    except (OSError, ValueError) as e:
+        session.stages["pack"] = {"status": f"failed: {e}"}
     info = {"dry_run": args.dry_run, "device": device, "torch": torch.__version__, "cuda": torch.version.cuda,
             "stages": session.stages, "seconds": time.monotonic() - session.start, "shape": SHAPE,
             "args": {k: v for k, v in vars(args).items() if k != "plan"}}
@@ -491,7 +608,7 @@ def run(args) -> None:
 def main(argv=None):
     args = parse_args(argv)
     try:
-        prepare(args) if args.command == "prepare" else run(args)
+        {"prepare": prepare, "run": run, "score-snapshots": score_snapshots}[args.command](args)
     except InputError as e:
         fail("gpu_session", e)
 

@@ -4,7 +4,8 @@
 corpus encoded with another tokenizer than the one in --data (a corpus without NAME.ids.json is accepted without
 that check) or holding token ids beyond its vocabulary. One `train` at a time writes into an --out (a second is
 refused); a run resumes the checkpoint in --out, exactly (random-number states included), and refuses one of
-another kind, model shape, dropout, seed or tokenizer.
+another kind, model shape, dropout, seed or tokenizer. With --keep-models every validation's model is also kept in
+OUT/snapshots/UPDATES/.
 """
 import json
 from pathlib import Path
@@ -65,6 +66,9 @@ def main(argv=None):
     tr.add_argument("--init", default="",
                     help="start from the weights of a saved model (shipped name or model directory) with the "
                          "same tokenizer and shape; the kind may differ (e.g. a CLM's or MLM's weights for an SLM)")
+    tr.add_argument("--keep-models", action="store_true",
+                    help="also keep each validation's model, scoring-ready, in OUT/snapshots/UPDATES/ (one that "
+                         "exists is not rewritten); it changes no training: a run may be resumed with or without it")
     args = parser.parse_args(argv)
     try:
         if args.command == "encode":
@@ -91,7 +95,8 @@ def main(argv=None):
             peak_lr=args.lr, warmup=args.warmup, batch_tokens=args.batch_tokens, device=args.device,
             dtype=args.dtype, threads=args.threads or 0, seed=args.seed, valid_every_minutes=args.valid_every,
             valid_sentences=args.valid_sentences, content_loss=args.content_loss,
-            content_sample=args.content_sample, whole_words=args.whole_words, init=args.init)
+            content_sample=args.content_sample, whole_words=args.whole_words, init=args.init,
+            keep_models=args.keep_models)
         card = pretrain(settings)
         print(json.dumps(card))
     except (InputError, ValueError, OSError) as e:

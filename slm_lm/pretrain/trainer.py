@@ -4,9 +4,10 @@ Writes `out_dir`/checkpoint.pt (resume: the model, the optimizer, the loop state
 the training draws from, and what the run is: kind, model config, seed, tokenizer), curve.tsv (budget minutes,
 updates, tokens, train and valid CE; with `content_loss` the train column is the whole objective per
 query-stream token) and the scoring-ready `out_dir`/model/ (see `export`) with its card (training.json), all
-refreshed at every validation (model/ as a whole: `install_model`). One run writes into `out_dir` at a time
-(`slm_lm.fileio.exclusive_dir_lock`); resuming a checkpoint with another kind, model shape, dropout, seed or
-tokenizer is refused.
+refreshed at every validation (model/ as a whole: `install_model`); with `keep_models`, each validation's
+export is also kept in `out_dir`/snapshots/UPDATES/ (`keep_snapshot`). One run writes into `out_dir` at a
+time (`slm_lm.fileio.exclusive_dir_lock`); resuming a checkpoint with another kind, model shape, dropout, seed
+or tokenizer is refused.
 """
 import pickle
 import random
@@ -31,6 +32,7 @@ from slm_lm.tokenizer import Tokenizer
 COMMAND = "slm-pretrain"
 CHECKPOINT_FILE = "checkpoint.pt"
 MODEL_DIR = "model"  # the scoring-ready export, replaced as a whole at every validation
+SNAPSHOTS_DIR = "snapshots"  # with keep_models: SNAPSHOTS_DIR/UPDATES/, the export of each validation, kept
 CURVE_FILE = "curve.tsv"
 CURVE_HEADER = "minutes\tupdates\ttokens\ttrain_ce\tvalid_ce\n"
 LOSS_EVERY = 20  # updates between the samples of the training loss that the curve's train_ce averages
@@ -49,7 +51,9 @@ class PretrainSettings:
     whole-word scoring: each piece predicted without the later pieces of its own word
     (`LanguageModel.token_logprobs`); the model is then scored that way. `init` starts a new run from a
     saved model's weights (see `initialise`); a resumed run ignores it. `dtype` is the autocast dtype, or
-    auto (`slm_lm.precision.resolve_dtype`); the card records the resolved one.
+    auto (`slm_lm.precision.resolve_dtype`); the card records the resolved one. `keep_models` keeps the
+    export of every validation (`keep_snapshot`); it changes no training, so it is no part of the run's
+    identity (`run_identity`): a run may be resumed with or without it.
     """
 
     kind: str
@@ -73,6 +77,7 @@ class PretrainSettings:
     content_sample: float = 1.0
     whole_words: bool = False
     init: str = ""
+    keep_models: bool = False
 
     def check(self) -> None:
         """Raise ValueError on settings that cannot work together (the budget is `Budget`'s to check)."""
@@ -271,6 +276,7 @@ class _TrainingRun:
         s = self.settings = settings
         data_dir, self.out_dir = Path(s.data_dir), Path(s.out_dir)
         finish_interrupted(self.out_dir, COMMAND)  # an export that a kill interrupted: completed or undone
+        finish_interrupted(self.out_dir / SNAPSHOTS_DIR, COMMAND)  # likewise a snapshot
         if s.threads:
             torch.set_num_threads(s.threads)
         self.device = torch.device(s.device)
@@ -288,10 +294,12 @@ class _TrainingRun:
             self.state.setdefault("curve", curve_rows(self.out_dir / CURVE_FILE, self.state["updates"]))
             self.write_curve()  # the checkpoint's rows: none written after it by a run killed before the next
         else:
-            check_output_dir("--out", self.out_dir, [MODEL_DIR], (), COMMAND)  # a model/ of no run here
+            check_output_dir("--out", self.out_dir, [MODEL_DIR, SNAPSHOTS_DIR], (), COMMAND)  # of no run here
             self.state = new_loop_state()
             if s.init:
                 initialise(self.model, s.init, self.tokenizer)
+        if s.keep_models:  # snapshots/ a file, or not writable: refused now, not at the first validation
+            check_output_dir("--keep-models", self.out_dir / SNAPSHOTS_DIR, (), (), COMMAND)
         self.budget = Budget(60.0 * s.minutes, s.clock, self.state["spent"], 60.0 * s.deadline_minutes, s.updates)
         self.card = training_card(s, self.model, self.device, self.dtype, self.train_set, self.valid_set)
         self.losses = []  # training losses sampled since the last validation
@@ -348,7 +356,8 @@ class _TrainingRun:
 
     def validate_and_save(self) -> None:
         """Validate and add the curve's row (a run resumed at its last validation, a finished run run again,
-        reuses that row); save the checkpoint, then the curve from it, then the card and the exported model."""
+        reuses that row); save the checkpoint, then the curve from it, then the card and the exported model
+        (and, with `keep_models`, its snapshot)."""
         s, state = self.settings, self.state
         rows = state["curve"]
         if rows and rows[-1].split("\t")[1] == str(state["updates"]):
@@ -367,6 +376,8 @@ class _TrainingRun:
         self.write_curve()
         record_validation(self.card, state, valid_ce, self.optimizer.param_groups[0]["lr"])
         install_model(self.out_dir, self.model, self.tokenizer, self.card, s.whole_words)
+        if s.keep_models:
+            keep_snapshot(self.out_dir, state["updates"], self.model, self.tokenizer, self.card, s.whole_words)
 
 
 def install_model(out_dir, model, tokenizer: Tokenizer, card: dict, whole_words: bool = False) -> None:
@@ -374,6 +385,17 @@ def install_model(out_dir, model, tokenizer: Tokenizer, card: dict, whole_words:
     next run's `finish_interrupted` completes or undoes it)."""
     with staged_outputs("--out", out_dir, [MODEL_DIR], {MODEL_DIR}, COMMAND) as staging:
         export(model, tokenizer, staging / MODEL_DIR, card, whole_words)
+
+
+def keep_snapshot(out_dir, updates: int, model, tokenizer: Tokenizer, card: dict, whole_words: bool = False) -> None:
+    """Export into `out_dir`/snapshots/`updates`/ unless it exists (a resumed run validating again at those
+    updates leaves it as it is). It appears whole or not at all: written in a hidden directory inside
+    snapshots/, then renamed (a kill leaves that directory, which the next run's `finish_interrupted` removes)."""
+    snapshots, name = Path(out_dir) / SNAPSHOTS_DIR, str(updates)
+    if (snapshots / name).exists():
+        return
+    with staged_outputs("--keep-models", snapshots, [name], (), COMMAND) as staging:
+        export(model, tokenizer, staging / name, card, whole_words)
 
 
 def export(model, tokenizer: Tokenizer, directory, card: dict, whole_words: bool = False) -> None:
