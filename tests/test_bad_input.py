@@ -990,6 +990,16 @@ def test_slm_lm_train_refuses_a_bad_config_in_one_line_before_importing_espnet(t
     assert result.stdout == "", result.stdout  # ESPnet's import printed a line on stdout too
 
 
+def test_asr_inference_prints_no_warning_of_espnets_import_before_its_error(tmp_path):
+    """ESPnet's import printed torch's FutureWarnings about espnet2's own `torch.cuda.amp.autocast` decorators
+    (two warnings of two lines each) before slm_lm.bin.asr_inference's error line."""
+    pytest.importorskip("espnet2")
+    result = cli("asr_inference", "--lm_train_config", tmp_path / "none.yaml", "--lm_file", tmp_path / "m.pth",
+                 "--asr_train_config", tmp_path / "a.yaml", "--asr_model_file", tmp_path / "a.pth",
+                 "--output_dir", tmp_path / "out", "--data_path_and_name_and_type", f"{tmp_path / 'wav.scp'},speech,sound")
+    expect_error(result, "slm_lm.bin.asr_inference", f"{tmp_path / 'none.yaml'}: cannot read the ESPnet config")
+
+
 def test_espnet_tools_print_no_nltk_download_errors(tmp_path):
     """slm_lm.bin.lm_calc_perplexity imports ESPnet before it checks its --train_config: nltk's download
     messages (g2p_en's, at import, with no network) came before the error line."""

@@ -89,8 +89,8 @@ def main(argv=None) -> None:
         wavs = read_table(args.wav_scp)
         for path in (args.asr_config, args.asr_model):  # before ESPnet is imported (it may print on stderr)
             require_file(path, "file")
-        from slm_lm.espnet_lm.quiet_import import quiet_nltk_downloads
-        with quiet_nltk_downloads():
+        from slm_lm.espnet_lm.quiet_import import quiet_espnet_import
+        with quiet_espnet_import():
             from slm_lm.espnet_lm.am_scores import AmScorer
 
         write_scores(work, AmScorer(args.asr_config, args.asr_model, args.device), wavs, args.wav_scp)

@@ -34,10 +34,10 @@ def check_fusion_lm(lm_train_config, asr_train_config) -> None:
 
 def main(argv=None):
     """Register the kinds, check the fusion LM, then decode with ESPnet's asr_inference."""
-    from slm_lm.espnet_lm.quiet_import import quiet_nltk_downloads
+    from slm_lm.espnet_lm.quiet_import import quiet_espnet_import
     from slm_lm.espnet_lm.registry import register_kinds
 
-    with quiet_nltk_downloads():
+    with quiet_espnet_import():
         from espnet2.bin import asr_inference
 
     register_kinds()

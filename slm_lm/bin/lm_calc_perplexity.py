@@ -22,10 +22,10 @@ def check_train_config(path) -> None:
 
 def main(argv=None):
     """Register the kinds, check the LM's config, then run ESPnet's perplexity tool."""
-    from slm_lm.espnet_lm.quiet_import import quiet_nltk_downloads
+    from slm_lm.espnet_lm.quiet_import import quiet_espnet_import
     from slm_lm.espnet_lm.registry import register_kinds
 
-    with quiet_nltk_downloads():
+    with quiet_espnet_import():
         from espnet2.bin import lm_calc_perplexity
 
     register_kinds()

@@ -16,13 +16,13 @@ import sys
 import yaml
 
 from slm_lm.errors import InputError, fail, yaml_problem
-from slm_lm.espnet_lm.quiet_import import quiet_nltk_downloads
+from slm_lm.espnet_lm.quiet_import import quiet_espnet_import
 from slm_lm.fileio import decode_utf8, read_small_file
 
 
 def get_parser():
     """ESPnet's LM-task argument parser, with the slm_lm kinds among `--lm` choices."""
-    with quiet_nltk_downloads():
+    with quiet_espnet_import():
         from slm_lm.espnet_lm.task import SlmLMTask
 
     return SlmLMTask.get_parser()
@@ -47,7 +47,7 @@ def main(argv=None):
     """Train an LM with ESPnet's trainer; bad inputs exit with a one-line error."""
     try:
         check_config(sys.argv[1:] if argv is None else argv)
-        with quiet_nltk_downloads():
+        with quiet_espnet_import():
             from slm_lm.espnet_lm.task import SlmLMTask
         SlmLMTask.main(cmd=argv)
     except (InputError, OSError) as e:

@@ -28,10 +28,10 @@ import sys
 from pathlib import Path
 
 import yaml
-from tqdm import tqdm
 
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
+from slm_lm.progress import progress_bar
 from slm_lm.transcripts import read_table
 
 LAYOUT = ("text", "token", "token_int", "score", "scores")
@@ -82,8 +82,9 @@ def decode(args, uttids, out):
                       device=args.device, **conf)
     eos = s2t.asr_model.eos
     reader = SoundScpReader(str(Path(args.data) / "wav.scp"), dtype="float32")
-    with open(partial, "a", encoding="utf-8") as f:
-        for uttid in tqdm(todo, desc=f"decode {out}", file=sys.stderr, mininterval=30):
+    with open(partial, "a", encoding="utf-8") as f, \
+            progress_bar(todo, desc=f"decode {out}", file=sys.stderr, mininterval=30) as bar:
+        for uttid in bar:
             rate, speech = reader[uttid]
             hyps = []
             for text, token, token_int, hyp in s2t(speech):

@@ -24,11 +24,11 @@ import sys
 import tarfile
 from pathlib import Path
 
-from tqdm import tqdm
 
 from slm_lm.corpora.librispeech import read_subset
 from slm_lm.download import get_verified, read_md5sums
 from slm_lm.errors import InputError, fail
+from slm_lm.progress import progress_bar
 
 PARTS = ["train-clean-100", "train-clean-360", "train-other-500", "dev-clean", "dev-other",
          "test-clean", "test-other"]
@@ -71,7 +71,8 @@ def unpack(archive, part, root):
             raise InputError(f"{archive}: unexpected member {bad[0]} (not a LibriSpeech archive?)")
         if not any(m.name.startswith(f"LibriSpeech/{part}/") for m in members):
             raise InputError(f"{archive}: no LibriSpeech/{part}/ inside")
-        tar.extractall(tmp, members=tqdm(members, desc=f"unpack {part}", file=sys.stderr), filter="data")
+        with progress_bar(members, desc=f"unpack {part}", file=sys.stderr) as bar:
+            tar.extractall(tmp, members=bar, filter="data")
     target.parent.mkdir(parents=True, exist_ok=True)
     for extra in (tmp / "LibriSpeech").iterdir():  # README, CHAPTERS.TXT, SPEAKERS.TXT ...
         if extra.name != part and not (target.parent / extra.name).exists():

@@ -31,11 +31,11 @@ import numpy as np
 import soundfile as sf
 import torch
 import torchaudio.functional as AF
-from tqdm import tqdm
 
 from slm_lm.corpora.bible import DEV_BOOKS, TEST_BOOKS, read_bible
 from slm_lm.errors import InputError, fail
 from slm_lm.fileio import write_atomic
+from slm_lm.progress import progress_bar
 from slm_lm.text_norm import normalize_librispeech
 
 SAMPLE_RATE = 16000
@@ -161,9 +161,9 @@ def main(argv=None):
         raise InputError(f"{plan_file}: the corpus under {out} was built with other settings "
                          "(sizes, seed); delete that directory or choose another --out")
     write_lines(plan_file, [planned])
-    with ProcessPoolExecutor(args.nj) as ex:
-        for _ in tqdm(ex.map(synth_one, jobs, chunksize=16), total=len(jobs), desc="espeak-ng",
-                      file=sys.stderr):
+    with ProcessPoolExecutor(args.nj) as ex, progress_bar(ex.map(synth_one, jobs, chunksize=16), total=len(jobs),
+                                                          desc="espeak-ng", file=sys.stderr) as bar:
+        for _ in bar:
             pass
     for path, lines in trans.items():
         write_lines(path, sorted(lines))
