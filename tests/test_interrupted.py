@@ -32,21 +32,23 @@ def _snapshot(out, read=lambda p: p.read_text()):
     return {str(p.relative_to(out)): read(p) for p in sorted(out.rglob("*")) if p.is_file()}
 
 
-def _killed_install(out, sets, tag, kill_at: int) -> bool:
-    """Run install_outputs in a child process SIGKILLed at its `kill_at`-th rename; True when it was killed."""
+def _killed_at_move(call, kill_at: int) -> bool:
+    """Run `call()` in a child process SIGKILLed at its `kill_at`-th rename or replace; True when it was killed."""
     pid = os.fork()
     if pid == 0:  # the child: no return from here
         try:
-            renames, rename = [0], os.rename
+            moves, rename, replace = [0], os.rename, os.replace
 
-            def counting_rename(src, dst):
-                renames[0] += 1
-                if renames[0] == kill_at:
-                    os.kill(os.getpid(), signal.SIGKILL)
-                rename(src, dst)
+            def counted(move):
+                def counting(src, dst):
+                    moves[0] += 1
+                    if moves[0] == kill_at:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    move(src, dst)
+                return counting
 
-            os.rename = counting_rename
-            install_outputs(out, sets, _write_run(tag, sets))
+            os.rename, os.replace = counted(rename), counted(replace)
+            call()
         finally:
             os._exit(0)
     _, status = os.waitpid(pid, 0)
@@ -63,7 +65,8 @@ def test_rescore_outputs_killed_at_every_rename_leave_one_run_and_the_next_run_r
     new = {**_snapshot(tmp_path / "ref"), "notes.txt": "mine\n"}
     kill_at, killed = 1, True
     while killed:
-        killed = _killed_install(out, ["dev", "test"], "new", kill_at)
+        killed = _killed_at_move(lambda: install_outputs(out, ["dev", "test"], _write_run("new", ["dev", "test"])),
+                                 kill_at)
         check_out_dir(out, ["dev", "test"])  # what the next run does first: finish or undo the killed one
         after = _snapshot(out)
         assert after in (old, new), f"killed at rename {kill_at}"
@@ -116,32 +119,6 @@ def test_a_pretraining_run_killed_around_its_checkpoint_keeps_a_curve_that_agree
     assert (tmp_path / "out" / "curve.tsv").read_text() == curve
 
 
-def _killed_model_install(out, model, tokenizer, kill_at: int) -> bool:
-    """Export `model` into `out`/model/ in a child process SIGKILLed at its `kill_at`-th rename or replace (the
-    files written in staging, then the moves into `out`); True when it was killed."""
-    from slm_lm.pretrain.trainer import install_model
-
-    pid = os.fork()
-    if pid == 0:
-        try:
-            moves, rename, replace = [0], os.rename, os.replace
-
-            def counted(move):
-                def counting(src, dst):
-                    moves[0] += 1
-                    if moves[0] == kill_at:
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    move(src, dst)
-                return counting
-
-            os.rename, os.replace = counted(rename), counted(replace)
-            install_model(out, model, tokenizer, {"run": "new"})
-        finally:
-            os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    return os.WIFSIGNALED(status)
-
-
 def test_a_pretraining_export_killed_at_every_move_leaves_one_whole_model(tmp_path):
     """slm-pretrain replaces its model/ at every validation: a kill at any moment leaves the earlier export or
     the new one whole (weights, config, tokenizer and card of one validation), and the next run (which calls
@@ -171,10 +148,42 @@ def test_a_pretraining_export_killed_at_every_move_leaves_one_whole_model(tmp_pa
     while killed:
         install_model(out, models[0], tokenizer, {"run": "old"})
         old = _snapshot(out, read)
-        killed = _killed_model_install(out, models[1], tokenizer, kill_at)
+        killed = _killed_at_move(lambda: install_model(out, models[1], tokenizer, {"run": "new"}), kill_at)
         finish_interrupted(out, COMMAND)
         after = _snapshot(out, read)
         assert after in (old, new), f"killed at move {kill_at}"
         assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "model"], f"killed at move {kill_at}"
         kill_at += 1
     assert kill_at > 6  # killed while the files were written and while model/ was moved into place
+
+
+def test_a_snapshot_killed_at_any_move_is_whole_or_absent_once_the_next_run_starts(tmp_path):
+    """A process SIGKILLed at each rename of `keep_snapshot` (its files written in staging, its plan, the
+    snapshot's move into place) leaves no snapshot or a whole one, never a half one under its name; after
+    `finish_interrupted` (what the next run calls first) snapshots/ holds nothing else."""
+    from slm_lm.bpe import train_bpe
+    from slm_lm.config import LMConfig
+    from slm_lm.models import model_from_config
+    from slm_lm.outputs import finish_interrupted
+    from slm_lm.pretrain.trainer import COMMAND, keep_snapshot
+
+    (tmp_path / "text.txt").write_text(TEXT * 4)
+    tokenizer = train_bpe(tmp_path / "text.txt", tmp_path / "bpe", vocab_size=60)
+    model = model_from_config(LMConfig(kind="clm", vocab_size=tokenizer.vocab_size, n_layers=1, d_model=16,
+                                       n_heads=2, d_ff=32, max_positions=32))
+    keep_snapshot(tmp_path / "ref", 7, model, tokenizer, {"updates": 7})
+    whole = _snapshot(tmp_path / "ref" / "snapshots" / "7", Path.read_bytes)
+    kill_at, killed = 1, True
+    while killed:
+        out = tmp_path / f"killed{kill_at}"
+        killed = _killed_at_move(lambda: keep_snapshot(out, 7, model, tokenizer, {"updates": 7}), kill_at)
+        for finished in (False, True):
+            if finished:
+                finish_interrupted(out / "snapshots", COMMAND)
+            shown = [p.name for p in (out / "snapshots").iterdir() if not p.name.startswith(".")]
+            assert shown in ([], ["7"]), (kill_at, shown)
+            if shown:
+                assert _snapshot(out / "snapshots" / "7", Path.read_bytes) == whole, kill_at
+        assert [p.name for p in (out / "snapshots").iterdir()] == shown, kill_at
+        kill_at += 1
+    assert kill_at > 5 and shown == ["7"]  # killed while the files were written and while it was moved
