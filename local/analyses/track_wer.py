@@ -77,8 +77,8 @@ def read_curve(path: Path) -> dict:
         raise InputError(f"{path}: not a curve.tsv of slm-pretrain: {e}") from None
 
 
-def both_ways(sets: list, lms: list, out: Path, args) -> tuple[list, list]:
-    """([WER of each set with the weights tuned on the other], [those weights]), and the AM-only WERs."""
+def both_ways(sets: list, lms: list, out: Path, args) -> tuple[list, list, list]:
+    """Per set: its WER with the weights tuned on the other set, those weights, and its AM-only WER."""
     wers, weights, am = [], [], []
     for dev, test in (sets, sets[::-1]):
         result, reports = rescore([dev], [test], lms, out / f"tune_{dev.name}", am_weights=args.am_weights,
