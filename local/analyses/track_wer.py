@@ -95,7 +95,8 @@ def main(argv=None):
     p.add_argument("--nbest", help="a folder with dev_clean/ and dev_other/ (default: slm-data's librispeech-nbest)")
     p.add_argument("--out", required=True, help="OUT/track.md and every rescoring run's outputs")
     p.add_argument("--first-pass", action="store_true", help="also tune each model jointly with score:lm")
-    p.add_argument("--am-weights", default="decoder=0.6,ctc=0.4", help="as slm-rescore's (default: the lists' decoding)")
+    p.add_argument("--am-weights", default="decoder=0.6,ctc=0.4",
+                   help="as slm-rescore's (default: the lists' decoding)")
     p.add_argument("--lambda-range", default="0:5:0.1", help="LM weight grid start:stop:step")
     args = p.parse_args(argv)
     try:

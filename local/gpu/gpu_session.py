@@ -68,9 +68,9 @@ MISSING_ON_THE_GPU = ("espnet", "espnet2", "jiwer", "kaldiio")  # not installed 
 
 # Per mode: the stages' options and time limits (s); the command's minutes; the training's most and least
 # minutes per model, validation interval (minutes), and seconds per run beside its training (start,
-# validations, export); the seconds kept for the track stage; the seconds kept free at the end. The measurements are cut short to leave both
-# models their least training. The dry run keeps the trained shape (the exported models have their real
-# size) and shrinks everything else.
+# validations, export); the seconds kept for the track stage; the seconds kept free at the end. The
+# measurements are cut short to leave both models their least training. The dry run keeps the trained shape
+# (the exported models have their real size) and shrinks everything else.
 PLANS = {
     "gpu": dict(
         limits=dict(tests=60, parity=30, latency=45, rescoring=60, mfu=30, attention=90),
@@ -81,7 +81,8 @@ PLANS = {
                    "--max-tokens", "65536"],
         mfu=["--tokens", "32768", "--length", "64", "--steps", "10", "--warmup", "3", "--matmul-size", "8192"],
         attention=["--rows", "100", "--length", "64", "--tokens", "32768", "--repeats", "7"],
-        train=["--valid-sentences", "0"], batch_tokens=32768, track=["--max-tokens", "65536", "--dtype", "bfloat16"],
+        train=["--valid-sentences", "0"], batch_tokens=32768,
+        track=["--max-tokens", "65536", "--dtype", "bfloat16"],
         minutes=9.0, train_minutes=3.0, train_least=2.0, valid_every=0.5, train_start=45, track_seconds=120,
         end_margin=15),
     "dry": dict(
@@ -95,7 +96,8 @@ PLANS = {
         mfu=["--tokens", "256", "--length", "32", "--steps", "1", "--warmup", "0", "--matmul-size", "256",
              "--threads", "1"],
         attention=["--rows", "6", "--length", "12", "--repeats", "1", "--threads", "1"],
-        train=["--valid-sentences", "20", "--threads", "1"], batch_tokens=1024, track=["--threads", "1", "--dtype", "float32"],
+        train=["--valid-sentences", "20", "--threads", "1"], batch_tokens=1024,
+        track=["--threads", "1", "--dtype", "float32"],
         minutes=60.0, train_minutes=0.1, train_least=0.05, valid_every=0.05, train_start=120, track_seconds=600,
         end_margin=20),
 }
@@ -126,7 +128,8 @@ def parse_args(argv=None):
     run.add_argument("--batch-tokens", type=int, help="padded tokens per update of both models (default 32768; dry 1024)")
     run.add_argument("--warmup", type=float, default=0.05, help="warm-up share of the training budget")
     run.add_argument("--part-mib", type=float, default=15.5, help="size of the models.tar.NN parts")
-    score = sub.add_parser("score-snapshots", help="the track stage's subprocess: score dev_texts with every kept model")
+    score = sub.add_parser("score-snapshots",
+                           help="the track stage's subprocess: score dev_texts with every kept model")
     score.add_argument("--data", required=True, help="the folder `prepare` built")
     score.add_argument("--run-dir", required=True, help="holds KIND/snapshots/UPDATES/; gets track/KIND-UPDATES.txt")
     score.add_argument("--device", default="cuda")
@@ -188,7 +191,8 @@ def prepare(args) -> None:
     if data.is_dir() and any(data.iterdir()) and not (data / MADE).exists():
         raise InputError(f"--data {data}: a folder that `prepare` did not make; give a new folder")
     nbest = args.nbest or datasets.require("librispeech-nbest") / "dev_other"
-    dev_sets = args.dev_sets.split(",") if args.dev_sets else [datasets.require("librispeech-nbest") / d for d in DEV_SETS]
+    dev_sets = (args.dev_sets.split(",") if args.dev_sets
+                else [datasets.require("librispeech-nbest") / d for d in DEV_SETS])
     tokenizer = Tokenizer.from_dir(corpus)
     ids = read_ids(corpus / "train.ids.xz", tokenizer)
     load_corpus(corpus / "valid.ids.xz", tokenizer)
@@ -503,7 +507,8 @@ def track_table(data: str, run_dir: Path) -> bytes | None:
     """TRACK_TABLE's bytes: a `text` column (dev_texts), then a column KIND-UPDATES of each scored model; None
     when no model was scored."""
     folder = run_dir / "track"
-    names = [f"{kind}-{updates}" for kind, updates, _ in snapshots(run_dir) if (folder / f"{kind}-{updates}.txt").is_file()]
+    names = [f"{kind}-{updates}" for kind, updates, _ in snapshots(run_dir)
+             if (folder / f"{kind}-{updates}.txt").is_file()]
     if not names:
         return None
     texts = read_texts(Path(data) / "dev_texts.txt.xz")
