@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from slm_lm.errors import InputError, os_problem
+from slm_lm.common.errors import InputError, os_problem
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)

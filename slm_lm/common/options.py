@@ -3,11 +3,11 @@ status 2) and the one type of its numeric options (a finite int or float within 
 import argparse
 import math
 
-from slm_lm.errors import fail
+from slm_lm.common.errors import fail
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse's parser whose errors are one line without the usage lines (see `slm_lm.errors.fail`), named
+    """argparse's parser whose errors are one line without the usage lines (see `slm_lm.common.errors.fail`), named
     by the command (a subcommand's parser, `slm-pretrain train`, too)."""
 
     def error(self, message):

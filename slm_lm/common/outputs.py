@@ -14,8 +14,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from slm_lm.errors import InputError, os_problem
-from slm_lm.fileio import new_directory, write_atomic
+from slm_lm.common.errors import InputError, os_problem
+from slm_lm.common.fileio import new_directory, write_atomic
 
 _JOURNAL_SUFFIX = ".swap"  # `.<command>.XXXX.swap/`: a run's new entries, the old ones it replaces, its plan
 _JOURNAL_LOCK = "lock"

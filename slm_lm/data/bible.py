@@ -4,7 +4,7 @@ bible-kjv prints them, and the books the mini corpus holds out for dev and test.
 import re
 import subprocess
 
-from slm_lm.errors import InputError
+from slm_lm.common.errors import InputError
 
 DEV_BOOKS = ["Josh", "Mark"]  # book names as `bible -f` abbreviates them
 TEST_BOOKS = ["Jdgs", "Luke"]

@@ -12,7 +12,7 @@ The data directory is `--dir`, else `$SLM_LM_DATA`, else `$XDG_CACHE_HOME/slm_lm
 
 A mirror (`--mirror DIR`) is a local folder laid out like the data directory, so another data directory is a
 mirror; without one, each file comes from its public source. Every file is checked against the SHA-256 listed in
-slm_lm/manifests/ (the LM corpus: against the MD5 of the source's md5sum.txt when it has one). A book is stored
+slm_lm/data/manifests/ (the LM corpus: against the MD5 of the source's md5sum.txt when it has one). A book is stored
 as its text without Gutenberg's boilerplate: a mirror may hold it so (`pg<ebook>.txt.gz`) or as Gutenberg serves
 it (`pg<ebook>.txt`, as gutenberg.org does), and then `strip_gutenberg` removes the boilerplate. Files already in
 the data directory are checked and kept; a file that differs from its checksum is an error, never replaced.
@@ -27,10 +27,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
-from slm_lm.download import fetch, get_verified, is_url, local_path, read_md5sums
-from slm_lm.errors import InputError
-from slm_lm.fileio import write_atomic
-from slm_lm.progress import progress_bar
+from slm_lm.common.errors import InputError
+from slm_lm.common.fileio import write_atomic
+from slm_lm.common.progress import progress_bar
+from slm_lm.data.download import fetch, get_verified, is_url, local_path, read_md5sums
 
 DATA_ENV = "SLM_LM_DATA"
 NBEST_SYSTEM = ("data/espnet/simpleoier_librispeech_asr_train_asr_conformer7_hubert_ll60k_large_raw_en_bpe5000_sp/"
@@ -50,7 +50,7 @@ def data_dir(explicit=None) -> Path:
 
 
 def _manifest(name: str) -> str:
-    return resources.files("slm_lm").joinpath("manifests", name).read_text(encoding="utf-8")
+    return resources.files("slm_lm.data").joinpath("manifests", name).read_text(encoding="utf-8")
 
 
 def _sha256_list(name: str) -> dict:
@@ -190,8 +190,8 @@ def get(name: str, root=None, mirror=None, progress: bool = True) -> Path:
             data, text, where = _fetched(item, mirror)
             if _sha256(text) != item.sha256:
                 revised = "; Gutenberg may have revised the book" if name == "books" else ""
-                raise InputError(f"{where}: SHA-256 {_sha256(text)} differs from {item.sha256} in slm_lm/manifests "
-                                 f"(not the data the project uses{revised})")
+                raise InputError(f"{where}: SHA-256 {_sha256(text)} differs from {item.sha256} in "
+                                 f"slm_lm/data/manifests (not the data the project uses{revised})")
             write_atomic(dest, data)
     if name == "books":
         _write_books_manifest(root / "text" / BOOKS_MANIFEST)

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from slm_lm.errors import InputError
-from slm_lm.fileio import read_text_lines, why_not
-from slm_lm.text_norm import normalize_librispeech
+from slm_lm.common.errors import InputError
+from slm_lm.common.fileio import read_text_lines, why_not
+from slm_lm.data.text_norm import normalize_librispeech
 
 __all__ = ["ExclusionSet", "NgramFilter", "load_exclusion"]
 

@@ -7,8 +7,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from slm_lm.errors import InputError
-from slm_lm.progress import progress_bar
+from slm_lm.common.errors import InputError
+from slm_lm.common.progress import progress_bar
 
 
 def is_url(mirror):

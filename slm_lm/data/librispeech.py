@@ -1,7 +1,7 @@
 """LibriSpeech as distributed: a subset directory of <speaker>/<chapter>/ with .flac audio and .trans.txt transcripts."""
 from pathlib import Path
 
-from slm_lm.errors import InputError
+from slm_lm.common.errors import InputError
 
 
 def read_subset(subset_dir):

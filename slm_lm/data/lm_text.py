@@ -2,9 +2,9 @@
 
 The resumable driver `prepare_lm_text`.  Per input file, in order:
 
-1. Book clean-up and sentence split (`slm_lm.text_cleanup.book_sentences`).
-2. `normalize_librispeech` on each sentence (numbers spelt out, see `slm_lm.text_norm`).
-3. Decontamination (`slm_lm.decontaminate`): a sentence is dropped when a word n-gram (n=10) of the
+1. Book clean-up and sentence split (`slm_lm.data.text_cleanup.book_sentences`).
+2. `normalize_librispeech` on each sentence (numbers spelt out, see `slm_lm.data.text_norm`).
+3. Decontamination (`slm_lm.data.decontaminate`): a sentence is dropped when a word n-gram (n=10) of the
    book's running word stream that overlaps it equals an n-gram of an excluded transcript.
 4. Length filter on words: `min_words` (3: drops fragments such as "YES SIR") and `max_words` (100:
    very long sentences, mostly lists and run-on 18th-century prose, cost a lot to train on).
@@ -27,13 +27,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
-from slm_lm.decontaminate import ExclusionSet, NgramFilter, load_exclusion
-from slm_lm.errors import InputError
-from slm_lm.fileio import atomic_open, new_directory, read_text_lines
-from slm_lm.outputs import check_no_overlap, check_output_file
-from slm_lm.progress import progress_bar
-from slm_lm.text_cleanup import book_sentences
-from slm_lm.text_norm import normalize_librispeech
+from slm_lm.common import fileio
+from slm_lm.common.errors import InputError
+from slm_lm.common.fileio import atomic_open, new_directory, read_text_lines
+from slm_lm.common.outputs import check_no_overlap, check_output_file
+from slm_lm.common.progress import progress_bar
+from slm_lm.data.decontaminate import ExclusionSet, NgramFilter, load_exclusion
+from slm_lm.data.text_cleanup import book_sentences
+from slm_lm.data.text_norm import normalize_librispeech
 
 __all__ = ["PrepConfig", "prepare_lm_text"]
 
@@ -156,8 +157,8 @@ def _checked_lines(handle, part: Path):
 def _code_digest() -> str:
     """Digest of the code that decides the output: this driver, clean-up, decontamination, normalisation
     and the reader of the input files."""
-    sources = [Path(__file__).with_name(name)
-               for name in ("lm_text.py", "text_cleanup.py", "decontaminate.py", "text_norm.py", "fileio.py")]
+    sources = [Path(__file__).with_name(name) for name in ("lm_text.py", "text_cleanup.py", "decontaminate.py",
+                                                           "text_norm.py")] + [Path(fileio.__file__)]
     return hashlib.sha1(b"".join(p.read_bytes() for p in sources)).hexdigest()
 
 

@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from slm_lm.fileio import read_text_lines
+from slm_lm.common.fileio import read_text_lines
 
 __all__ = ["book_sentences", "split_sentences"]
 

@@ -3,8 +3,8 @@ sentences read from a text or sclite .trn file, the sentences that have exactly 
 `LABEL=SPEC` model arguments."""
 from pathlib import Path
 
-from slm_lm.errors import InputError
-from slm_lm.transcripts import read_trn
+from slm_lm.common.errors import InputError
+from slm_lm.rescoring.transcripts import read_trn
 
 
 def read_sentences(path) -> list:

@@ -3,7 +3,7 @@ Transcormer paper's 12 phenomenon columns.
 
 A pair is right when `sentence_good` scores strictly higher than `sentence_bad`; a tie (equal scores,
 e.g. the 7 pairs whose two sentences are identical) counts as an error and is reported. Every
-unique sentence is scored once (`slm_lm.score_cache.lm_scores`, optionally with a resumable on-disk
+unique sentence is scored once (`slm_lm.scoring.cache.lm_scores`, optionally with a resumable on-disk
 cache). Accuracies pool the pairs (all 67 paradigms have 1000 pairs, so pooled = mean of paradigms).
 They are also split by length (`LENGTHS`): a summed log-prob favours the shorter sentence, so a pair whose
 good sentence has fewer words than the bad one is easier for it than a pair where it has more.
@@ -13,10 +13,10 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from slm_lm.errors import InputError, os_problem
-from slm_lm.fileio import write_atomic
-from slm_lm.score_cache import LocatedScorer, lm_scores
-from slm_lm.text_norm import normalize_librispeech
+from slm_lm.common.errors import InputError, os_problem
+from slm_lm.common.fileio import write_atomic
+from slm_lm.data.text_norm import normalize_librispeech
+from slm_lm.scoring.cache import LocatedScorer, lm_scores
 
 PHENOMENA = ("Ana. agr", "Arg. str", "Binding", "Ctrl. rais.", "D-n agr", "Ellipsis", "Filler gap",
              "Irregular", "Island", "NPI", "Quantifiers", "S-v agr")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from slm_lm.errors import InputError
-from slm_lm.fileio import read_text_lines
-from slm_lm.transcripts import single_spaced
+from slm_lm.common.errors import InputError
+from slm_lm.common.fileio import read_text_lines
+from slm_lm.rescoring.transcripts import single_spaced
 
 TEXT_SLOT, LABEL_SLOT = "{text}", "{label}"
 TEXT_KEYS = ("text", "sentence")

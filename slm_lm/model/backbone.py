@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
-from slm_lm.config import LMConfig
+from slm_lm.model.config import LMConfig
 
 
 class Embeddings(nn.Module):

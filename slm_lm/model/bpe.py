@@ -14,10 +14,10 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from slm_lm.errors import InputError, os_problem
-from slm_lm.fileio import new_directory, read_text_lines, why_not
-from slm_lm.outputs import check_no_overlap, check_output_dir
-from slm_lm.tokenizer import BLANK, MASK, SOS_EOS, UNK, Tokenizer
+from slm_lm.common.errors import InputError, os_problem
+from slm_lm.common.fileio import new_directory, read_text_lines, why_not
+from slm_lm.common.outputs import check_no_overlap, check_output_dir
+from slm_lm.model.tokenizer import BLANK, MASK, SOS_EOS, UNK, Tokenizer
 
 __all__ = ["train_bpe"]
 

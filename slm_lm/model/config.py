@@ -2,7 +2,7 @@
 import math
 from dataclasses import asdict, dataclass, fields
 
-from slm_lm.errors import InputError
+from slm_lm.common.errors import InputError
 
 KINDS = ("slm", "clm", "mlm", "bilm", "tta")
 # The kinds whose models use the <mask> token (the SLM's query stream, the MLM's masked positions, T-TA's query input).

@@ -10,9 +10,9 @@ stored with the weights too (`KIND_KEY`).
 
 A spec names a model: a shipped model (`slm_lm.pretrained`), one of our directories or an ESPnet LM
 experiment directory (config.yaml + *.pth, read without importing ESPnet); `hf-causal:DIR` / `hf-masked:DIR`
-specs are `slm_lm.hf`'s.
+specs are `slm_lm.scoring.hf`'s.
 
-Every reader raises :class:`slm_lm.errors.InputError` naming the file for a missing, empty, truncated or
+Every reader raises :class:`slm_lm.common.errors.InputError` naming the file for a missing, empty, truncated or
 garbled file, text that is not UTF-8, and a pickle that ``torch.load(weights_only=True)`` refuses.
 """
 import io
@@ -26,12 +26,12 @@ from pathlib import Path
 import torch
 
 from slm_lm import pretrained
-from slm_lm.config import KINDS, MASK_KINDS, LMConfig, lm_config
-from slm_lm.errors import InputError
-from slm_lm.fileio import check_readable, decode_utf8, read_json, read_small_file, why_not, write_atomic
-from slm_lm.hf import HFTokenizer
-from slm_lm.models import LanguageModel, model_from_config
-from slm_lm.tokenizer import BPE_MODEL_FILE, MASK, TOKEN_LIST_FILE, Tokenizer
+from slm_lm.common.errors import InputError
+from slm_lm.common.fileio import check_readable, decode_utf8, read_json, read_small_file, why_not, write_atomic
+from slm_lm.model.config import KINDS, MASK_KINDS, LMConfig, lm_config
+from slm_lm.model.hf_tokenizer import HFTokenizer
+from slm_lm.model.kinds import LanguageModel, model_from_config
+from slm_lm.model.tokenizer import BPE_MODEL_FILE, MASK, TOKEN_LIST_FILE, Tokenizer
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.pt"  # fp32, save_pretrained

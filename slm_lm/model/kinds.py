@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from slm_lm.backbone import (
+from slm_lm.model.backbone import (
     Embeddings,
     LMHead,
     TransformerLayer,
@@ -24,7 +24,7 @@ from slm_lm.backbone import (
     sliding_masks,
     valid_mask,
 )
-from slm_lm.config import LMConfig
+from slm_lm.model.config import LMConfig
 
 
 def scored_mask(lengths: torch.Tensor, length: int) -> torch.Tensor:

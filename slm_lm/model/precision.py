@@ -8,7 +8,7 @@ import functools
 
 import torch
 
-from slm_lm.errors import InputError, fail
+from slm_lm.common.errors import InputError, fail
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_CHOICES = ("auto",) + tuple(DTYPES)

@@ -3,7 +3,7 @@
 Token-list layout (ESPnet, with sos = eos = the last index): ``<blank>`` (0, padding), ``<unk>`` (1),
 the sentencepiece pieces, ``<mask>`` (V-2), ``<sos/eos>`` (V-1). ``<mask>`` is used only by the sliding,
 masked and T-TA LMs; a list without it (as ESPnet's asr.sh writes) is valid too.  Text is encoded as it is given:
-normalise it first (`slm_lm.text_norm.normalize_librispeech`) as the training text was.
+normalise it first (`slm_lm.data.text_norm.normalize_librispeech`) as the training text was.
 """
 
 import hashlib
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from slm_lm.errors import InputError
-from slm_lm.fileio import decode_utf8, read_small_file, write_atomic
+from slm_lm.common.errors import InputError
+from slm_lm.common.fileio import decode_utf8, read_small_file, write_atomic
 
 __all__ = ["Tokenizer", "read_token_list", "check_token_list", "check_unknown", "BLANK", "UNK", "MASK", "SOS_EOS",
            "BPE_MODEL_FILE", "TOKEN_LIST_FILE", "UNKNOWN_CHOICES"]

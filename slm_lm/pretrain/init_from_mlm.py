@@ -9,17 +9,17 @@ as is. A Hugging Face `BertForMaskedLM` / `RobertaForMaskedLM` directory is mapp
   max_positions = max_position_embeddings - padding_idx - 1;
 - layer_norm_eps, sizes and dropout from the Hugging Face config;
 - LM head: transform dense / LayerNorm, decoder tied to the word embeddings, decoder bias.
-The result scores with the model's own tokenizer (`slm_lm.hf.HFTokenizer`), text passed through as
+The result scores with the model's own tokenizer (`slm_lm.model.hf_tokenizer.HFTokenizer`), text passed through as
 is (`case` to change that); LibriSpeech normalisation is off.
 """
 from pathlib import Path
 
 import torch
 
-from slm_lm.config import LMConfig
-from slm_lm.errors import InputError
-from slm_lm.models import model_from_config
-from slm_lm.scorer import Scorer
+from slm_lm.common.errors import InputError
+from slm_lm.model.config import LMConfig
+from slm_lm.model.kinds import model_from_config
+from slm_lm.scoring.scorer import Scorer
 
 HF_PREFIXES = {"bert": ("bert.", "cls.predictions."), "roberta": ("roberta.", "lm_head.")}
 # Our LM head parameters <- the Hugging Face head's, per model type.
@@ -96,7 +96,7 @@ def slm_from_hf(directory, kind: str = "slm", case: str = "as-is") -> Scorer:
     `directory` (no download), with the model's own tokenizer."""
     from transformers import AutoConfig, AutoModelForMaskedLM
 
-    from slm_lm.hf import HFTokenizer
+    from slm_lm.model.hf_tokenizer import HFTokenizer
 
     directory = Path(directory)
     tokenizer = HFTokenizer.from_dir(directory, case=case)

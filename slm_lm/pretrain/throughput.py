@@ -7,8 +7,8 @@ import time
 
 import torch
 
-from slm_lm.config import KINDS, SIZES
-from slm_lm.options import number
+from slm_lm.common.options import number
+from slm_lm.model.config import KINDS, SIZES
 
 SHAPE_FIELDS = ("n_layers", "d_model", "n_heads", "d_ff")
 

@@ -6,7 +6,7 @@ and sacrebleu's paired significance test.
 
 import numpy as np
 
-from slm_lm.errors import InputError
+from slm_lm.common.errors import InputError
 
 
 def bleu_metric(tokenize: str = "13a", lowercase: bool = False):

@@ -5,14 +5,14 @@ options, the N-best sets (loaded and normalised as the LM sees them) and the LMs
 
 import argparse
 
-from slm_lm.errors import InputError
-from slm_lm.nbest import NbestSet, load_nbest, normalize_nbest
-from slm_lm.options import Parser, number
-from slm_lm.precision import DTYPE_CHOICES, device_option
-from slm_lm.scored_set import LENGTH_NORMS, parse_am_weights, parse_length_norm, score_column
-from slm_lm.text_norm import normalize_librispeech
-from slm_lm.tokenizer import UNKNOWN_CHOICES
-from slm_lm.weight_search import MAX_GRID_POINTS, SEARCHES, parse_range
+from slm_lm.common.errors import InputError
+from slm_lm.common.options import Parser, number
+from slm_lm.data.text_norm import normalize_librispeech
+from slm_lm.model.precision import DTYPE_CHOICES, device_option
+from slm_lm.model.tokenizer import UNKNOWN_CHOICES
+from slm_lm.rescoring.nbest import NbestSet, load_nbest, normalize_nbest
+from slm_lm.rescoring.scored_set import LENGTH_NORMS, parse_am_weights, parse_length_norm, score_column
+from slm_lm.rescoring.weight_search import MAX_GRID_POINTS, SEARCHES, parse_range
 
 
 def comma_list(value: str | None) -> list[str]:
@@ -54,7 +54,7 @@ def add_lm_option(p: argparse.ArgumentParser) -> None:
         "--lm",
         required=True,
         action="append",
-        help="LM spec (repeat the option, or comma-separate): a model for slm_lm.scorer.load_scorer, or "
+        help="LM spec (repeat the option, or comma-separate): a model for slm_lm.scoring.scorer.load_scorer, or "
         "score:NAME = the per-scorer column NAME of the N-best scores files (score:lm: the first-pass LM)",
     )
 
@@ -97,7 +97,7 @@ def add_scorer_options(p: argparse.ArgumentParser, prog: str) -> None:
 
 
 def tuning_options(args: argparse.Namespace, n_lms: int) -> dict:
-    """The :func:`slm_lm.rescore.rescore` keyword arguments of the parsed weight and search options: AM
+    """The :func:`slm_lm.rescoring.rescore.rescore` keyword arguments of the parsed weight and search options: AM
     weights, the lambda, beta and alpha grids, the length normalisation per LM, the search."""
     return {
         "lambda_grid": parse_range(args.lambda_range, "--lambda-range"),
@@ -139,12 +139,12 @@ def normalized_sets(sets: list[NbestSet]) -> list[NbestSet]:
 
 
 def load_lms(specs: list[str], **scorer_options) -> list:
-    """The LMs of the ``--lm`` specs: score columns, or models loaded with slm_lm.scorer.load_scorer."""
+    """The LMs of the ``--lm`` specs: score columns, or models loaded with slm_lm.scoring.scorer.load_scorer."""
     lms = []
     for spec in specs:
         column = score_column(spec)
         if column is None:
-            from slm_lm.scorer import load_scorer  # torch only when a model is used
+            from slm_lm.scoring.scorer import load_scorer  # torch only when a model is used
 
             column = load_scorer(spec, **scorer_options)
         lms.append(column)

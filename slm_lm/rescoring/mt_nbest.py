@@ -1,4 +1,4 @@
-"""Machine-translation N-best lists as :class:`slm_lm.nbest.NbestSet`, with references from a plain text
+"""Machine-translation N-best lists as :class:`slm_lm.rescoring.nbest.NbestSet`, with references from a plain text
 file (line k = sentence k, counted from 0 as fairseq and Moses number them).
 
 Formats:
@@ -16,10 +16,10 @@ The text of a hypothesis passes BPE removal as fairseq's ``--remove-bpe`` does (
 import re
 from pathlib import Path
 
-from slm_lm.errors import InputError
-from slm_lm.fileio import read_text_lines
-from slm_lm.nbest import Hypothesis, NbestSet, check_refs, parse_score
-from slm_lm.transcripts import require_file, single_spaced
+from slm_lm.common.errors import InputError
+from slm_lm.common.fileio import read_text_lines
+from slm_lm.rescoring.nbest import Hypothesis, NbestSet, check_refs, parse_score
+from slm_lm.rescoring.transcripts import require_file, single_spaced
 
 _FAIRSEQ_LINE = re.compile(r"^([A-Z])-([0-9]+)\t(.*)$")
 BPE_SYMBOLS = {"none": None, "subword_nmt": "@@ ", "sentencepiece": "\u2581"}

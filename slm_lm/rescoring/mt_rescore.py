@@ -1,6 +1,6 @@
-"""Machine-translation N-best reranking for corpus BLEU: N-best rescoring (:mod:`slm_lm.rescore`'s score
+"""Machine-translation N-best reranking for corpus BLEU: N-best rescoring (:mod:`slm_lm.rescoring.rescore`'s score
 cache, weights total = MT + sum_j lambda_j * LM_j / lp_j + beta * words and weight search, output
-directory) with sacrebleu's corpus BLEU (:mod:`slm_lm.bleu`) as the metric tuned on dev, and per set the
+directory) with sacrebleu's corpus BLEU (:mod:`slm_lm.rescoring.bleu`) as the metric tuned on dev, and per set the
 baseline (MT score alone), rescored and oracle BLEU and sacrebleu's paired bootstrap of rescored against
 baseline.
 """
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
-from slm_lm import bleu
-from slm_lm.fileio import exclusive_dir_lock, write_atomic
-from slm_lm.nbest import NbestSet
-from slm_lm.outputs import check_no_overlap
-from slm_lm.rescore_report import check_cache, check_out_dir, check_set_names, install_outputs
-from slm_lm.score_cache import LocatedScorer, lm_scores
-from slm_lm.scored_set import ScoreColumn, ScoredSet, build_scored_set
-from slm_lm.weight_search import TuneResult, Weights, length_norm_grids, search_method, tune
+from slm_lm.common.fileio import exclusive_dir_lock, write_atomic
+from slm_lm.common.outputs import check_no_overlap
+from slm_lm.rescoring import bleu
+from slm_lm.rescoring.nbest import NbestSet
+from slm_lm.rescoring.report import check_cache, check_out_dir, check_set_names, install_outputs
+from slm_lm.rescoring.scored_set import ScoreColumn, ScoredSet, build_scored_set
+from slm_lm.rescoring.weight_search import TuneResult, Weights, length_norm_grids, search_method, tune
+from slm_lm.scoring.cache import LocatedScorer, lm_scores
 
 
 @dataclass
@@ -81,7 +81,7 @@ def rerank_mt(dev: list[NbestSet], test: list[NbestSet], scorers: list, out_dir:
               bootstrap_samples: int = 1000) -> tuple[TuneResult, list[BleuReport], str]:
     """Tune the weights for the pooled corpus BLEU of ``dev`` (sacrebleu ``metric``), apply them to ``dev``
     and ``test``, write ``RESULTS.md``, ``tuning.json`` and ``<set>/{rescored,baseline}.txt`` (one line per
-    sentence) to ``out_dir``. The options are :func:`slm_lm.rescore.rescore`'s."""
+    sentence) to ``out_dir``. The options are :func:`slm_lm.rescoring.rescore.rescore`'s."""
     names = [s.name for s in dev + test]
     check_set_names(names)
     check_no_overlap("--out", out_dir, [s.source for s in dev + test] + [str(p) for p in inputs])

@@ -5,12 +5,12 @@ Formats:
   under ``raw_hypotheses/`` (with ``references/ref_wer.trn`` beside it), or split over ESPnet's
   ``logdir/output.<job>/`` folders. ``score`` values may be plain floats or ``tensor(-1.23)``;
   ``scores`` lines are ``uttid {"decoder": "tensor(-0.9)", "ctc": ..., ...}``.
-- References: Kaldi ``text`` or sclite ``.trn`` (read by :mod:`slm_lm.transcripts`).
+- References: Kaldi ``text`` or sclite ``.trn`` (read by :mod:`slm_lm.rescoring.transcripts`).
 - mlm-scoring JSON: ``{"utt": {"ref": "...", "hyp_1": {"score": s, "text": t}, ...}, ...}``.
 - TSV: ``uttid<TAB>rank<TAB>score<TAB>text`` (an optional header line ``uttid rank score text``).
 
 Every problem (missing file, duplicate id, unparsable score, hypotheses without a reference or the
-other way round, gaps in the ranks) raises :class:`slm_lm.errors.InputError` naming file and line.
+other way round, gaps in the ranks) raises :class:`slm_lm.common.errors.InputError` naming file and line.
 Empty hypotheses are valid.
 """
 
@@ -22,9 +22,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slm_lm.errors import InputError
-from slm_lm.fileio import decode_utf8
-from slm_lm.transcripts import read_keyed, read_located_refs, read_nonblank_lines, require_file, single_spaced
+from slm_lm.common.errors import InputError
+from slm_lm.common.fileio import decode_utf8
+from slm_lm.rescoring.transcripts import read_keyed, read_located_refs, read_nonblank_lines, require_file, single_spaced
 
 _RANK_DIR = re.compile(r"^([1-9][0-9]*)best_recog$")
 _TENSOR = re.compile(r"^tensor\(\s*\[?\s*([^,\])\s]+)\s*\]?\s*(?:,[^)]*)?\)$")

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
-from slm_lm.errors import InputError
-from slm_lm.fileio import save_png, write_atomic
-from slm_lm.outputs import check_output_dir, finish_interrupted, staged_outputs
-from slm_lm.scored_set import ScoredSet
-from slm_lm.weight_search import DEFAULT_ALPHA_GRID, MAX_SEARCH_POINTS, TuneResult, Weights, grid_errors
-from slm_lm.wer import wer_percent
+from slm_lm.common.errors import InputError
+from slm_lm.common.fileio import save_png, write_atomic
+from slm_lm.common.outputs import check_output_dir, finish_interrupted, staged_outputs
+from slm_lm.rescoring.scored_set import ScoredSet
+from slm_lm.rescoring.weight_search import DEFAULT_ALPHA_GRID, MAX_SEARCH_POINTS, TuneResult, Weights, grid_errors
+from slm_lm.rescoring.wer import wer_percent
 
 
 @dataclass
@@ -225,7 +225,7 @@ def _previous_outputs(out_dir: Path) -> set[str] | None:
 
 def check_out_dir(out_dir: str | Path, set_names) -> set[str]:
     """The entries of ``out_dir`` an earlier slm-rescore run wrote (this run may replace them); InputError
-    where :func:`slm_lm.outputs.check_output_dir` refuses ``out_dir`` or it holds a tuning.json that is not
+    where :func:`slm_lm.common.outputs.check_output_dir` refuses ``out_dir`` or it holds a tuning.json that is not
     slm-rescore's. What a killed run left there is finished or undone first."""
     out = Path(out_dir)
     finish_interrupted(out, "slm-rescore")
@@ -281,7 +281,7 @@ def write_outputs(out_dir: str | Path, dev_m, test_m, result, reports, lm_names,
 def install_outputs(out_dir: str | Path, set_names: list[str], write) -> None:
     """Have ``write(staging)`` write a run's outputs (files of :data:`OUTPUT_FILES`, one folder per set)
     into a temporary directory in ``out_dir``, whose entries then replace those of an earlier run there
-    (:func:`slm_lm.outputs.staged_outputs`). Other entries of ``out_dir`` (the user's, ``lm_cache``) are
+    (:func:`slm_lm.common.outputs.staged_outputs`). Other entries of ``out_dir`` (the user's, ``lm_cache``) are
     never moved or deleted; an entry of an output's name that an earlier run did not write is refused
     (:func:`check_out_dir`); on any failure ``out_dir`` is as it was."""
     out_dir = Path(out_dir)

@@ -1,19 +1,20 @@
 """N-best rescoring: score every hypothesis with the LMs, tune the weights on the dev sets, apply them to
 the dev and test sets, write the reports.
 
-The pieces: N-best lists (:mod:`slm_lm.nbest`), the combined score
-total = AM + sum_j lambda_j * LM_j / lp_j + beta * n_words (:mod:`slm_lm.scored_set`), the search for the
-weights with the lowest pooled dev WER (:mod:`slm_lm.weight_search`), WER (:mod:`slm_lm.wer`, jiwer on
-whitespace-separated words) and the outputs (:mod:`slm_lm.rescore_report`). A word bonus per LM would add
+The pieces: N-best lists (:mod:`slm_lm.rescoring.nbest`), the combined score
+total = AM + sum_j lambda_j * LM_j / lp_j + beta * n_words (:mod:`slm_lm.rescoring.scored_set`), the search for
+the weights with the lowest pooled dev WER (:mod:`slm_lm.rescoring.weight_search`), WER
+(:mod:`slm_lm.rescoring.wer`, jiwer on whitespace-separated words) and the outputs
+(:mod:`slm_lm.rescoring.report`). A word bonus per LM would add
 nothing: sum_j lambda_j * b_j * n_words is one bonus, so the single beta serves all LMs.
 """
 
 from pathlib import Path
 
-from slm_lm.fileio import exclusive_dir_lock, new_directory
-from slm_lm.nbest import NbestSet
-from slm_lm.outputs import check_no_overlap
-from slm_lm.rescore_report import (
+from slm_lm.common.fileio import exclusive_dir_lock, new_directory
+from slm_lm.common.outputs import check_no_overlap
+from slm_lm.rescoring.nbest import NbestSet
+from slm_lm.rescoring.report import (
     SetReport,
     check_cache,
     check_out_dir,
@@ -21,9 +22,16 @@ from slm_lm.rescore_report import (
     set_report,
     write_outputs,
 )
-from slm_lm.score_cache import LocatedScorer, lm_scores
-from slm_lm.scored_set import ScoreColumn, build_scored_set
-from slm_lm.weight_search import MAX_GRID_POINTS, TuneResult, length_norm_grids, parse_range, search_method, tune
+from slm_lm.rescoring.scored_set import ScoreColumn, build_scored_set
+from slm_lm.rescoring.weight_search import (
+    MAX_GRID_POINTS,
+    TuneResult,
+    length_norm_grids,
+    parse_range,
+    search_method,
+    tune,
+)
+from slm_lm.scoring.cache import LocatedScorer, lm_scores
 
 
 def rescore(
@@ -46,12 +54,12 @@ def rescore(
     """Tune the weights on ``dev``, apply them to ``dev`` and ``test``, write all outputs to ``out_dir``.
 
     ``scorers``: models (``.name``, ``.score``) or :class:`ScoreColumn`; each text is scored once by
-    each model and cached in ``cache_dir`` (:mod:`slm_lm.score_cache`). ``length_norm``: one kind per
+    each model and cached in ``cache_dir`` (:mod:`slm_lm.scoring.cache`). ``length_norm``: one kind per
     LM (default none); normalised LMs tune their alpha on ``alpha_grid`` (default 0:1:0.1). ``search``
-    and ``max_grid_points``: see :func:`slm_lm.weight_search.tune`. Writes the outputs with
-    :func:`slm_lm.rescore_report.write_outputs`; ``out_dir`` must not overlap any input: the sets'
+    and ``max_grid_points``: see :func:`slm_lm.rescoring.weight_search.tune`. Writes the outputs with
+    :func:`slm_lm.rescoring.report.write_outputs`; ``out_dir`` must not overlap any input: the sets'
     sources and ``inputs`` (other files read: reference files, models), nor the cache. A second run into
-    the same ``out_dir`` while one is running is refused (:func:`slm_lm.fileio.exclusive_dir_lock`).
+    the same ``out_dir`` while one is running is refused (:func:`slm_lm.common.fileio.exclusive_dir_lock`).
     """
     names = [s.name for s in dev + test]
     check_set_names(names)

@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from slm_lm.errors import InputError
-from slm_lm.nbest import Hypothesis, NbestSet
-from slm_lm.wer import word_errors
+from slm_lm.common.errors import InputError
+from slm_lm.rescoring.nbest import Hypothesis, NbestSet
+from slm_lm.rescoring.wer import word_errors
 
 
 def parse_am_weights(spec: str) -> dict[str, float]:
@@ -178,7 +178,7 @@ def build_scored_set(nbest: NbestSet, lm_tables: list, am_weights=None, length_n
     """Turn an :class:`NbestSet` and per-LM {text: score} tables (or :class:`ScoreColumn`) into a
     :class:`ScoredSet`; ``length_norm``: one kind per LM (see :func:`length_penalty`) or ().
     ``hyp_stats``: instead of word errors, another metric's statistics, a function (references,
-    hypotheses) -> [pairs, K] array (e.g. :func:`slm_lm.bleu.hyp_stats`)."""
+    hypotheses) -> [pairs, K] array (e.g. :func:`slm_lm.rescoring.bleu.hyp_stats`)."""
     uttids = list(nbest.hyps)
     width = max(len(h) for h in nbest.hyps.values())
     shape = (len(uttids), width)

@@ -2,14 +2,14 @@
 ``.trn`` transcripts (``WORDS\\t(spk-uttid)``).
 
 Every problem (missing file, not UTF-8, duplicate id, a line that is not a trn line) raises
-:class:`slm_lm.errors.InputError` naming file and line. Empty values (empty transcripts) are valid.
+:class:`slm_lm.common.errors.InputError` naming file and line. Empty values (empty transcripts) are valid.
 """
 
 import re
 from pathlib import Path
 
-from slm_lm.errors import InputError
-from slm_lm.fileio import atomic_open, decode_utf8, why_not
+from slm_lm.common.errors import InputError
+from slm_lm.common.fileio import atomic_open, decode_utf8, why_not
 
 _TRN_LINE = re.compile(r"^(.*)\(([^()\s]+)\)\s*$")
 

@@ -1,6 +1,6 @@
 """Weight search: the LM weights, word bonus and length-penalty alphas that give the lowest pooled WER on
 the dev sets (total word errors / total reference words), or the lowest loss of any other metric whose
-per-hypothesis statistics add up over the sentences (e.g. -BLEU of the n-gram counts, :mod:`slm_lm.bleu`).
+per-hypothesis statistics add up over the sentences (e.g. -BLEU of the n-gram counts, :mod:`slm_lm.rescoring.bleu`).
 
 Ties go to the smaller lambdas, then the smaller |beta|, then the smaller alphas. The search is exhaustive
 over the grid, or block coordinate descent when the grid has more than ``max_grid_points`` points
@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from slm_lm.errors import InputError
-from slm_lm.scored_set import LENGTH_NORMS, ScoredSet
-from slm_lm.wer import wer_percent
+from slm_lm.common.errors import InputError
+from slm_lm.rescoring.scored_set import LENGTH_NORMS, ScoredSet
+from slm_lm.rescoring.wer import wer_percent
 
 
 MAX_RANGE_POINTS = 100_000

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import jiwer
 import numpy as np
 
-from slm_lm.errors import InputError
+from slm_lm.common.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Sentence scores with an on-disk cache: each unique text is scored once, and an interrupted run resumes.
 
-Shared by N-best rescoring (`slm_lm.rescore`), BLiMP (`slm_lm.blimp`) and the recipe's sharded scoring
-(`egs/librispeech_slm/local/score_nbest_lm.py`).
+Shared by N-best rescoring (`slm_lm.rescoring.rescore`), BLiMP (`slm_lm.evaluation.blimp`) and the recipe's
+sharded scoring (`egs/librispeech_slm/local/score_nbest_lm.py`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from slm_lm.errors import InputError, os_problem
-from slm_lm.progress import progress_bar
+from slm_lm.common.errors import InputError, os_problem
+from slm_lm.common.progress import progress_bar
 
 
 class LMScoreCache:

@@ -1,16 +1,16 @@
-"""The scoring interface that every sentence scorer implements (ours in `slm_lm.scorer`, the Hugging Face
-baselines in `slm_lm.hf`): encoding, log-probs batched by a token budget, sums and per-token scores, and
-the name that keys the score cache (`slm_lm.score_cache`).
+"""The scoring interface that every sentence scorer implements (ours in `slm_lm.scoring.scorer`, the Hugging Face
+baselines in `slm_lm.scoring.hf`): encoding, log-probs batched by a token budget, sums and per-token scores, and
+the name that keys the score cache (`slm_lm.scoring.cache`).
 """
 import hashlib
 import json
 
 import torch
 
-from slm_lm.errors import InputError
-from slm_lm.precision import resolve_dtype
-from slm_lm.text_norm import normalize_librispeech
-from slm_lm.tokenizer import check_unknown
+from slm_lm.common.errors import InputError
+from slm_lm.data.text_norm import normalize_librispeech
+from slm_lm.model.precision import resolve_dtype
+from slm_lm.model.tokenizer import check_unknown
 
 
 def length_batches(lengths: list, max_tokens: int):
@@ -54,7 +54,7 @@ class SentenceScorer:
     Every sentence is encoded as `[bos, pieces..., eos]` (after LibriSpeech normalisation when `normalize`).
     Text the tokenizer does not know raises `InputError` naming the sentence (`unknown="error"`) or maps to
     <unk> (`unknown="unk"`); a sentence longer than `max_length` raises `InputError` unless `truncate`, which
-    keeps its first pieces. `dtype` is the autocast dtype (`slm_lm.precision.resolve_dtype`); batches hold at
+    keeps its first pieces. `dtype` is the autocast dtype (`slm_lm.model.precision.resolve_dtype`); batches hold at
     most `max_tokens` padded tokens.
     """
 

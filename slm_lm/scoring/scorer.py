@@ -1,13 +1,13 @@
-"""Our sentence scorer: an slm_lm LM and its tokenizer behind the scoring interface (`slm_lm.scoring`)."""
+"""Our sentence scorer: an slm_lm LM and its tokenizer behind the scoring interface (`slm_lm.scoring.interface`)."""
 import torch
 
-from slm_lm import model_dir
-from slm_lm.hf import hf_spec, load_hf_scorer
-from slm_lm.models import LanguageModel, MaskedLM
-from slm_lm.precision import autocast
-from slm_lm.progress import progress_bar
-from slm_lm.scoring import SentenceScorer, length_batches
-from slm_lm.tokenizer import Tokenizer
+from slm_lm.common.progress import progress_bar
+from slm_lm.model import directory as model_dir
+from slm_lm.model.kinds import LanguageModel, MaskedLM
+from slm_lm.model.precision import autocast
+from slm_lm.model.tokenizer import Tokenizer
+from slm_lm.scoring.hf import hf_spec, load_hf_scorer
+from slm_lm.scoring.interface import SentenceScorer, length_batches
 
 
 class Scorer(SentenceScorer):
@@ -18,7 +18,7 @@ class Scorer(SentenceScorer):
     case, words and apostrophes) unless `normalize=False`. Characters the tokenizer does not know raise
     `InputError` naming the sentence (or map to <unk> with `unknown="unk"`); a sentence longer than the
     model's positions raises `InputError` unless `truncate=True`, which scores its first pieces only.
-    `dtype` is the autocast dtype: float32, bfloat16, float16, or auto (`slm_lm.precision.resolve_dtype`).
+    `dtype` is the autocast dtype: float32, bfloat16, float16, or auto (`slm_lm.model.precision.resolve_dtype`).
     `whole_words=True` hides the rest of a piece's own word from its right context (PLL-word-l2r, Kauf &
     Ivanova, 2023): each word is scored left to right given the whole words around it, so a word split
     into many pieces is no longer easy to predict from its own pieces. It changes nothing for a CLM.
