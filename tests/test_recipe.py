@@ -419,14 +419,16 @@ def test_launchers_take_espnet_options_and_keep_old_logs(tmp_path, fake_slurm):
     """Both launchers take the options of ESPnet's run.pl/slurm.pl (--num_threads, --mem, --max_jobs_run,
     --name, --num_nodes): Slurm gets them as --cpus-per-task, --mem, --array 1-N%M, --job-name, --nodes;
     locally --max_jobs_run 1 runs the array one job at a time and --num_nodes 2 is refused. A log of an
-    earlier run is kept as <log>.1.log. ESPnet's launcher runs a 2-node job through local/slurm.pl."""
+    earlier run is kept as <log>.1.log (the second run's input file changed: on Slurm the same work again
+    would not be resubmitted). ESPnet's launcher runs a 2-node job through local/slurm.pl."""
     env, record = fake_slurm
     options = "--num_threads 3 --mem 2G --max_jobs_run 1 --name shards --time 1:00"
     for backend in ("local", "slurm"):
         out = tmp_path / backend
         job = (f'. ./cmd.sh && ${{train_cmd}} {options} JOB=1:3 {out}/log/x.JOB.log '
-               f'sh -c "echo start >> {out}/order; sleep 0.3; echo end JOB >> {out}/order"')
-        for _ in range(2):
+               f'sh -c "echo start >> {out}/order; sleep 0.3; echo end JOB >> {out}/order" {tmp_path}/input')
+        for run in range(2):
+            (tmp_path / "input").write_text(f"run {run}")
             subprocess.run(["bash", "-c", job], cwd=RECIPE, env=dict(env, cmd_backend=backend), check=True)
         assert (out / "order").read_text().split("\n")[:6] == ["start", "end 1", "start", "end 2", "start", "end 3"]
         assert (out / "log" / "x.2.1.log").exists() and (out / "log" / "x.2.log").exists()
