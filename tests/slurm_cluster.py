@@ -24,7 +24,7 @@ FAKE_GPUS = ("/dev/null", "/dev/zero", "/dev/full", "/dev/urandom")
 
 def missing() -> str:
     """Why no cluster can start here ("" when it can): a program missing, or not root."""
-    absent = [p for p in (*DAEMONS, "mungekey", "sbatch", "squeue", "scancel") if shutil.which(p) is None]
+    absent = [p for p in (*DAEMONS, "mungekey", "sbatch", "sinfo", "scancel") if shutil.which(p) is None]
     if absent:
         return f"Slurm is not installed ({', '.join(absent)} not found): {INSTALL}"
     if os.geteuid() != 0:
