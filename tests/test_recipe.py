@@ -323,8 +323,11 @@ def test_real_slurm_takes_the_options_the_launchers_pass(tmp_path, slurm):
 
 def test_real_slurm_failed_task_is_named_and_a_rerun_submits_only_the_missing_tasks(tmp_path, slurm):
     """A job array whose task 2 fails: the launcher fails naming task 2's log; run again (task 2 now
-    succeeds), only task 2 is submitted, and a third run submits nothing."""
-    job = f'JOB=1:3 {tmp_path}/log/x.JOB.log sh -c "echo JOB >> {tmp_path}/ran; [ JOB != 2 ] || [ -e {tmp_path}/fixed ]"'
+    succeeds), only task 2 is submitted, and a third run submits nothing. Changed input, and a partition sbatch
+    refuses: each task named as not started (its log is the earlier run's), with sbatch's reason."""
+    (tmp_path / "input").write_text("first")  # an input file of the tasks (sh's $0 here)
+    job = (f'JOB=1:3 {tmp_path}/log/x.JOB.log sh -c "echo JOB >> {tmp_path}/ran; [ JOB != 2 ] || [ -e {tmp_path}/fixed ]" '
+           f'{tmp_path}/input')
     proc = launch("decode_cmd", job, slurm)
     assert proc.returncode != 0
     assert f"task 2 of x failed (rc=1): see {tmp_path}/log/x.2.log" in proc.stderr, proc.stderr
@@ -338,6 +341,12 @@ def test_real_slurm_failed_task_is_named_and_a_rerun_submits_only_the_missing_ta
     proc = launch("decode_cmd", job, slurm)
     assert proc.returncode == 0 and "x: all 3 tasks finished earlier with the same work" in proc.stdout
     assert sorted((tmp_path / "ran").read_text().split()) == ["1", "2", "2", "3"]
+    # sbatch refuses the job (no such partition): no task started, and Slurm's reason is shown
+    (tmp_path / "input").write_text("changed")  # other work: every task is submitted again
+    proc = launch("decode_cmd", job, dict(slurm, slurm_partition="nosuch"))
+    assert proc.returncode != 0 and "invalid partition specified: nosuch" in proc.stderr.lower(), proc.stderr
+    for j in (1, 2, 3):  # their logs are the earlier run's
+        assert f"task {j} of x did not start: {tmp_path}/log/x.{j}.log was not written" in proc.stderr
 
 
 def test_rescoring_am_score_defaults_to_the_decoding_weights(micro, tmp_path):

@@ -68,12 +68,12 @@ task_work() {
 }
 todo=(); finished=()
 for ((j = first; j <= last; j++)); do
-    task_work "${j}" "$@" > "${qdir}/${base}.${j}.work"
-    if [ "${array}" = true ] && cmp -s "${qdir}/${base}.${j}.work" "${qdir}/${base}.${j}.done"; then
-        finished+=("${j}")
-    else
-        rm -f "${qdir}/${base}.${j}.done"; todo+=("${j}")
+    if [ "${array}" = true ]; then
+        task_work "${j}" "$@" > "${qdir}/${base}.${j}.work"
+        if cmp -s "${qdir}/${base}.${j}.work" "${qdir}/${base}.${j}.done"; then finished+=("${j}"); continue; fi
+        rm -f "${qdir}/${base}.${j}.done"
     fi
+    todo+=("${j}")
 done
 # ranges J1 J2 ...: the sorted indices as sbatch's --array list, e.g. 1-3,5
 ranges() {
@@ -103,8 +103,10 @@ fi
     echo '{ echo "# ${args[*]}"; echo "# started at $(date) on $(hostname) (Slurm job ${SLURM_JOB_ID:-?})"; } > "${log}"'
     echo '"${args[@]}" >> "${log}" 2>&1; rc=$?'
     echo 'echo "# ended (rc=${rc}) at $(date)" >> "${log}"'
-    printf 'work=%q\n' "${qdir}/${base}"
-    echo '[ ${rc} -ne 0 ] || { cp "${work}.${j}.work" "${work}.${j}.done.tmp" && mv -f "${work}.${j}.done.tmp" "${work}.${j}.done"; }'
+    if [ "${array}" = true ]; then  # the task's work is done
+        printf 'work=%q\n' "${qdir}/${base}"
+        echo '[ ${rc} -ne 0 ] || { cp "${work}.${j}.work" "${work}.${j}.done.tmp" && mv -f "${work}.${j}.done.tmp" "${work}.${j}.done"; }'
+    fi
     echo 'exit ${rc}'
 } > "${script}"
 submit=(sbatch); opts=(--wait --parsable --output "${qdir}/${base}.%A_%a.out")
@@ -142,6 +144,7 @@ else
     [ -n "${time_limit}" ] && opts+=(--time "${time_limit}")
 fi
 [ -n "${partition}" ] && opts+=(--partition "${partition}")
+: > "${qdir}/${base}.submitted"  # a task log older than this is from an earlier run
 "${submit[@]}" "${opts[@]}" "${script}" > "${qdir}/${base}.sbatch.out" 2>&1
 rc=$?
 if [ ${rc} -ne 0 ]; then
@@ -149,7 +152,7 @@ if [ ${rc} -ne 0 ]; then
     for j in "${todo[@]}"; do
         jlog="${log//JOB/${j}}"
         [ -f "${qdir}/${base}.${j}.done" ] && continue
-        if [ ! -f "${jlog}" ]; then
+        if [ ! "${jlog}" -nt "${qdir}/${base}.submitted" ]; then
             echo "$0: task ${j} of ${name} did not start: ${jlog} was not written" >&2
         elif ended=$(grep -m 1 -o '^# ended (rc=[0-9]*' "${jlog}"); then
             echo "$0: task ${j} of ${name} failed (${ended#*(}): see ${jlog}" >&2
