@@ -299,7 +299,8 @@ JOB_INFO = ("sh -c 'echo partition=$(printenv | grep -i ^slurm_job_partition= | 
 def test_real_slurm_takes_the_options_the_launchers_pass(tmp_path, slurm):
     """Every option cmd.sh's launchers pass reaches a real sbatch (Slurm 22.05 here), which accepts it and runs
     the job: through conf/slurm.conf (CPU jobs in partition cpu, GPU jobs in partition gpu with --gres) and
-    without it (the launcher's own options); a 2-node job is refused by this one-node cluster (EnforcePartLimits=ALL), by Slurm."""
+    without it (the launcher's own options); a 2-node job is refused by this one-node cluster
+    (EnforcePartLimits=ALL), by Slurm."""
     options = "--num_threads 3 --mem 1G --max_jobs_run 1 --name shards --time 1:00"
     proc = launch("train_cmd", f"{options} JOB=1:3 {tmp_path}/a/x.JOB.log {JOB_INFO}", slurm)
     assert proc.returncode == 0, proc.stderr
@@ -326,8 +327,8 @@ def test_real_slurm_failed_task_is_named_and_a_rerun_submits_only_the_missing_ta
     succeeds), only task 2 is submitted, and a third run submits nothing. Changed input, and a partition sbatch
     refuses: each task named as not started (its log is the earlier run's), with sbatch's reason."""
     (tmp_path / "input").write_text("first")  # an input file of the tasks (sh's $0 here)
-    job = (f'JOB=1:3 {tmp_path}/log/x.JOB.log sh -c "echo JOB >> {tmp_path}/ran; [ JOB != 2 ] || [ -e {tmp_path}/fixed ]" '
-           f'{tmp_path}/input')
+    job = (f'JOB=1:3 {tmp_path}/log/x.JOB.log '
+           f'sh -c "echo JOB >> {tmp_path}/ran; [ JOB != 2 ] || [ -e {tmp_path}/fixed ]" {tmp_path}/input')
     proc = launch("decode_cmd", job, slurm)
     assert proc.returncode != 0
     assert f"task 2 of x failed (rc=1): see {tmp_path}/log/x.2.log" in proc.stderr, proc.stderr

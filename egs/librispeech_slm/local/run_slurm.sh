@@ -83,10 +83,12 @@ ranges() {
 }
 if [ ${#finished[@]} -gt 0 ]; then
     if [ ${#todo[@]} -eq 0 ]; then
-        echo "$0: ${name}: all ${#finished[@]} tasks finished earlier with the same work (${qdir}/${base}.J.done): nothing submitted"
+        echo "$0: ${name}: all ${#finished[@]} tasks finished earlier with the same work" \
+             "(${qdir}/${base}.J.done): nothing submitted"
         exit 0
     fi
-    echo "$0: ${name}: tasks $(ranges "${finished[@]}") finished earlier with the same work: submitting $(ranges "${todo[@]}")"
+    echo "$0: ${name}: tasks $(ranges "${finished[@]}") finished earlier with the same work:" \
+         "submitting $(ranges "${todo[@]}")"
 fi
 {
     echo "#!/usr/bin/env bash"
@@ -105,7 +107,8 @@ fi
     echo 'echo "# ended (rc=${rc}) at $(date)" >> "${log}"'
     if [ "${array}" = true ]; then  # the task's work is done
         printf 'work=%q\n' "${qdir}/${base}"
-        echo '[ ${rc} -ne 0 ] || { cp "${work}.${j}.work" "${work}.${j}.done.tmp" && mv -f "${work}.${j}.done.tmp" "${work}.${j}.done"; }'
+        echo '[ ${rc} -ne 0 ] || { cp "${work}.${j}.work" "${work}.${j}.done.tmp" &&'
+        echo '    mv -f "${work}.${j}.done.tmp" "${work}.${j}.done"; }'
     fi
     echo 'exit ${rc}'
 } > "${script}"
@@ -158,7 +161,8 @@ if [ ${rc} -ne 0 ]; then
             echo "$0: task ${j} of ${name} failed (${ended#*(}): see ${jlog}" >&2
             tail -n 15 "${jlog}" >&2
         else
-            echo "$0: task ${j} of ${name} was stopped before it ended (scancel, time limit or node failure): see ${jlog}" >&2
+            echo "$0: task ${j} of ${name} was stopped before it ended (scancel, time limit or node failure):" \
+                 "see ${jlog}" >&2
         fi
     done
     tail -n 5 "${qdir}/${base}.sbatch.out" >&2
