@@ -44,6 +44,35 @@ Generate test with beam=2: BLEU4 = 10.00
 """
 
 
+# A Joshua 10-best list, made by hand (Joshua/cdec style: name=value features; the total is the weighted sum
+# of the features with tm_pt_0 0.3, tm_pt_1 0.2, tm_pt_2 0.3, tm_pt_3 0.2, tm_glue_0 0.1, lm_0 0.05,
+# WordPenalty -1, OOVPenalty 1), best total first; the OOV hypothesis of each sentence pays OOVPenalty -100.
+JOSHUA = (Path(__file__).parent / "data" / "joshua.10best").read_text()
+# four references per sentence (as NIST sets ship them): the hypothesis the LM feature prefers matches the
+# 2nd or the 4th, never the first
+REFS4 = [
+    ["the house is small .", "the house is little .", "this house is small .", "the building is small ."],
+    ["yesterday , he went to the market .", "he went to the market yesterday .",
+     "he went to the marketplace yesterday .", "yesterday he went to market ."],
+    ["she reads a book every night .", "each night she reads a book .", "she reads a book each night .",
+     "every night she reads a book ."],
+]
+LM_BEST = ["the house is little .", "he went to the market yesterday .", "every night she reads a book ."]
+
+
+def write_refs4(tmp_path: Path) -> list[Path]:
+    """The four reference files of REFS4, ref0.txt ... ref3.txt."""
+    return [write_refs(tmp_path / f"ref{k}.txt", [refs[k] for refs in REFS4]) for k in range(4)]
+
+
+def sacrebleu_cli(refs: list[Path], hyp: Path) -> float:
+    """`sacrebleu REF1 REF2 ... -i HYP -b -w 4`: the corpus BLEU as its command line prints it."""
+    cli = subprocess.run([sys.executable, "-m", "sacrebleu", *map(str, refs), "-i", str(hyp), "-b", "-w", "4"],
+                         capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    return float(cli.stdout)
+
+
 def run(module, *args):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True, env=env,
@@ -112,13 +141,82 @@ def test_corpus_bleu_from_summed_statistics_equals_sacrebleu_cli(tmp_path):
     hyps = ["the mat sat on the cat .", "he went to the market today .", "she reads one book each night ."]
     ref, hyp = write_refs(tmp_path / "ref.txt"), tmp_path / "hyp.txt"
     hyp.write_text("".join(h + "\n" for h in hyps))
-    cli = subprocess.run([sys.executable, "-m", "sacrebleu", str(ref), "-i", str(hyp), "-b"], capture_output=True,
-                         text=True, timeout=300)
-    assert cli.returncode == 0, cli.stderr
     metric = bleu.bleu_metric()
-    ours = bleu.corpus_bleu(metric, bleu.hyp_stats(metric, REFS, hyps).sum(0)).score
-    assert f"{ours:.1f}" == cli.stdout.strip()
+    ours = bleu.corpus_bleu(metric, bleu.hyp_stats(metric, [(r,) for r in REFS], hyps).sum(0)).score
+    assert round(ours, 4) == sacrebleu_cli([ref], hyp)
     assert 0 < ours < 100
+
+
+def test_four_reference_bleu_from_summed_statistics_equals_sacrebleu_cli(tmp_path):
+    """Several references per sentence: the summed statistics give `sacrebleu REF1 REF2 REF3 REF4 -i HYP`."""
+    hyps = ["the house is little .", "he went to the market today .", "every night she reads one book ."]
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_text("".join(h + "\n" for h in hyps))
+    refs = write_refs4(tmp_path)
+    metric = bleu.bleu_metric()
+    ours = bleu.corpus_bleu(metric, bleu.hyp_stats(metric, [tuple(r) for r in REFS4], hyps).sum(0)).score
+    assert round(ours, 4) == sacrebleu_cli(refs, hyp)
+    assert sacrebleu_cli(refs[:1], hyp) < ours < 100  # the other references count
+
+
+def test_joshua_10best_list_reads_its_named_features(tmp_path):
+    nbest_file = tmp_path / "test.joshua"
+    nbest_file.write_text(JOSHUA)
+    nbest = load_mt_nbest(nbest_file, write_refs4(tmp_path))
+    assert list(nbest.hyps) == ["0", "1", "2"] and nbest.n_hyps == 30
+    first = nbest.hyps["0"][0]
+    assert (first.text, first.score) == ("small is the house .", 0.556)
+    assert first.scores == {"tm_pt_0": -0.8, "tm_pt_1": -1.1, "tm_pt_2": -0.9, "tm_pt_3": -1.2, "tm_glue_0": 2.0,
+                            "lm_0": -16.9, "WordPenalty": -2.171, "OOVPenalty": 0.0}
+    assert nbest.hyps["0"][-1].scores["OOVPenalty"] == -100.0
+    assert nbest.references("1") == tuple(REFS4[1])
+
+
+def test_joshua_list_with_four_references_reranks_to_the_lm_feature_choice(tmp_path):
+    """total + lambda * lm_0 on a Joshua 10-best list, tuned for 4-reference BLEU: at lambda 0.2 (the smallest
+    on the grid where every sentence's choice matches one of its references: 'the house small is .' needs
+    lambda > 0.168 to fall behind) each sentence takes LM_BEST, none of them the first reference; both outputs'
+    BLEU is sacrebleu's command line's with the four reference files."""
+    dev, test = tmp_path / "dev.joshua", tmp_path / "test.joshua"
+    dev.write_text(JOSHUA)
+    test.write_text(JOSHUA)
+    refs = write_refs4(tmp_path)
+    out = tmp_path / "out"
+    ref_args = [a for r in refs for a in ("--dev-ref", r)] + [a for r in refs for a in ("--test-ref", r)]
+    proc = run("slm_lm.bin.rescore_mt", "--dev", dev, "--test", test, *ref_args, "--lm", "score:lm_0",
+               "--lambda-range", "0:2:0.05", "--beta-range", "0", "--bootstrap-samples", "100", "--out", out,
+               "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((out / "tuning.json").read_text())
+    assert record["best"]["lambdas"] == [0.2]
+    assert (out / "test" / "rescored.txt").read_text().splitlines() == LM_BEST
+    assert (out / "test" / "baseline.txt").read_text().splitlines() == [
+        "small is the house .", "yesterday went he to the market .", "she reads every night a book ."]
+    row = next(s for s in record["sets"] if s["name"] == "test")
+    assert row["rescored"] == pytest.approx(100.0) and not row["same_as_baseline"]
+    assert round(row["rescored"], 4) == sacrebleu_cli(refs, out / "test" / "rescored.txt")
+    assert round(row["baseline"], 4) == sacrebleu_cli(refs, out / "test" / "baseline.txt")
+    assert sacrebleu_cli(refs[:1], out / "test" / "rescored.txt") < 100  # with the first reference alone
+    assert "nrefs:4|bs:100|seed:12345" in record["sacrebleu"]
+
+
+def test_rescored_output_equal_to_the_baseline_reports_no_p_value(tmp_path):
+    """lambda 0 and beta 0 keep the MT's choice: sacrebleu's paired bootstrap would give p = 0.001 for the
+    identical outputs (its convention), which reads as significant; the command says they are the same."""
+    dev = tmp_path / "dev.joshua"
+    dev.write_text(JOSHUA)
+    refs = write_refs4(tmp_path)
+    out = tmp_path / "out"
+    proc = run("slm_lm.bin.rescore_mt", "--dev", dev, *[a for r in refs for a in ("--dev-ref", r)], "--lm",
+               "score:lm_0", "--lambda-range", "0", "--beta-range", "0", "--out", out, "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "dev" / "rescored.txt").read_text() == (out / "dev" / "baseline.txt").read_text()
+    [line] = [line for line in proc.stdout.splitlines() if line.startswith("dev (dev): BLEU")]
+    assert "the same output as the baseline: no test" in line and "p =" not in line, line
+    row = json.loads((out / "tuning.json").read_text())["sets"][0]
+    assert row["same_as_baseline"] and row["p_value"] is None and row["rescored"] == row["baseline"]
+    assert "| same output as baseline | – |" in (out / "RESULTS.md").read_text()
+    assert "nrefs:4|case:mixed" in proc.stdout and "bs:" not in proc.stdout
 
 
 def test_bleu_is_the_tuned_metric_not_word_errors(tmp_path):
@@ -217,7 +315,8 @@ def expect_error(proc, command, *needles):
         assert needle in lines[0], (needle, lines[0])
 
 
-@pytest.mark.parametrize("case", ["short_ref", "bad_moses", "d_count", "tokenizer", "ref_count", "bpe_out"])
+@pytest.mark.parametrize("case", ["short_ref", "bad_moses", "mixed_styles", "bad_named_value", "named_twice",
+                                  "ref_lines", "d_count", "tokenizer", "ref_count", "bpe_out"])
 def test_rescore_mt_bad_input(tmp_path, case):
     dev, ref = write_moses(tmp_path / "dev.nbest"), write_refs(tmp_path / "ref.txt")
     args = ["--dev", dev, "--dev-ref", ref, "--lm", "score:LM", "--out", tmp_path / "out", "--no-progress"]
@@ -228,6 +327,22 @@ def test_rescore_mt_bad_input(tmp_path, case):
     elif case == "bad_moses":
         dev.write_text(dev.read_text() + "3 ||| a hypothesis without scores\n")
         needles = [f"{dev}:8", "want 'id ||| hypothesis ||| features ||| total score'"]
+    elif case == "mixed_styles":
+        dev.write_text(dev.read_text().replace("0 ||| the cat sat on the mat . ||| MT= -1.5 LM= -5.0",
+                                               "0 ||| the cat sat on the mat . ||| MT= -1.5 lm_0=-5.0"))
+        needles = [f"{dev}:2", "features mix Joshua/cdec's name=value ('lm_0=-5.0') and Moses' NAME= values"]
+    elif case == "bad_named_value":
+        dev.write_text(JOSHUA.replace("lm_0=-14.600", "lm_0=-14.6.0"))
+        write_refs(ref, [r[0] for r in REFS4])
+        needles = [f"{dev}:16", "-14.6.0"]
+    elif case == "named_twice":
+        dev.write_text(JOSHUA.replace("lm_0=-14.600", "lm_0=-14.600 lm_0=-1"))
+        write_refs(ref, [r[0] for r in REFS4])
+        needles = [f"{dev}:16", "feature 'lm_0' given twice"]
+    elif case == "ref_lines":
+        second = write_refs(tmp_path / "ref2.txt", REFS[:2])
+        args += ["--dev-ref", second]
+        needles = [f"{second}: 2 lines where {ref} has 3"]
     elif case == "d_count":
         gen = tmp_path / "gen.txt"
         gen.write_text(FAIRSEQ.replace("D-1\t-0.50\tyesterday he go market to .\n", ""))

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ sys.path.insert(0, str(RECIPE / "local"))
 import data_prep  # noqa: E402
 import decode_nbest  # noqa: E402
 import download_librispeech  # noqa: E402
+import slurm_cluster  # noqa: E402
 
 from slm_lm import pretrained  # noqa: E402
 from slm_lm.data.librispeech import read_subset  # noqa: E402
@@ -271,6 +273,83 @@ def fake_slurm(tmp_path):
     return env, record
 
 
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """A real one-node Slurm cluster (tests/slurm_cluster.py: Debian's slurm-wlm and munge), started for this
+    module's tests and stopped after them; returns the environment of run.sh with cmd_backend=slurm."""
+    why = slurm_cluster.missing()
+    if why:
+        pytest.fail(why)
+    with slurm_cluster.slurm_cluster(tmp_path_factory.mktemp("slurm")) as env:
+        yield dict(env, PATH=f"{Path(sys.executable).parent}:{env['PATH']}", cmd_backend="slurm")
+
+
+def launch(cmd: str, args: str, env: dict) -> subprocess.CompletedProcess:
+    """`${cmd} ARGS` of the recipe's cmd.sh, run from the recipe directory."""
+    return subprocess.run(["bash", "-c", f". ./cmd.sh && ${{{cmd}}} {args}"], cwd=RECIPE, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+# what a job sees (the launcher replaces the word JOB in the command: the partition's variable is named in
+# lower case)
+JOB_INFO = ("sh -c 'echo partition=$(printenv | grep -i ^slurm_job_partition= | cut -d= -f2) "
+            "gpus=$CUDA_VISIBLE_DEVICES threads=$OMP_NUM_THREADS'")
+
+
+def test_real_slurm_takes_the_options_the_launchers_pass(tmp_path, slurm):
+    """Every option cmd.sh's launchers pass reaches a real sbatch (Slurm 22.05 here), which accepts it and runs
+    the job: through conf/slurm.conf (CPU jobs in partition cpu, GPU jobs in partition gpu with --gres) and
+    without it (the launcher's own options); a 2-node job is refused by this one-node cluster
+    (EnforcePartLimits=ALL), by Slurm."""
+    options = "--num_threads 3 --mem 1G --max_jobs_run 1 --name shards --time 1:00"
+    proc = launch("train_cmd", f"{options} JOB=1:3 {tmp_path}/a/x.JOB.log {JOB_INFO}", slurm)
+    assert proc.returncode == 0, proc.stderr
+    for j in (1, 2, 3):
+        assert "partition=cpu gpus= threads=3\n# ended (rc=0)" in (tmp_path / "a" / f"x.{j}.log").read_text()
+    proc = launch("cuda_cmd", f"--gpu 2 JOB=1:2 {tmp_path}/g/x.JOB.log {JOB_INFO}", slurm)
+    assert proc.returncode == 0, proc.stderr
+    for j in (1, 2):  # two of the four fake GPUs each, 8 CPUs for 2 processes
+        log = (tmp_path / "g" / f"x.{j}.log").read_text()
+        [seen] = [line.split() for line in log.splitlines() if line.startswith("partition=")]
+        assert seen[0] == "partition=gpu" and seen[2] == "threads=4" and "# ended (rc=0)" in log
+        assert len(seen[1].removeprefix("gpus=").split(",")) == 2, log
+    own = dict(slurm, slurm_partition="gpu")  # no --config: run_slurm.sh's own sbatch options
+    proc = subprocess.run(["bash", "local/run_slurm.sh", "--cpus", "2", "--gpu", "1", "--mem", "500M", "--time",
+                           "5", "--name", "own", f"{tmp_path}/o.log", "sh", "-c", "echo $SLURM_JOB_NAME"],
+                          cwd=RECIPE, env=own, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "own\n# ended (rc=0)" in (tmp_path / "o.log").read_text(), proc.stderr
+    proc = launch("cuda_cmd", f"--num_nodes 2 {tmp_path}/n.log true", slurm)
+    assert proc.returncode != 0 and "Node count specification invalid" in proc.stderr
+
+
+def test_real_slurm_failed_task_is_named_and_a_rerun_submits_only_the_missing_tasks(tmp_path, slurm):
+    """A job array whose task 2 fails: the launcher fails naming task 2's log; run again (task 2 now
+    succeeds), only task 2 is submitted, and a third run submits nothing. Changed input, and a partition sbatch
+    refuses: each task named as not started (its log is the earlier run's), with sbatch's reason."""
+    (tmp_path / "input").write_text("first")  # an input file of the tasks (sh's $0 here)
+    job = (f'JOB=1:3 {tmp_path}/log/x.JOB.log '
+           f'sh -c "echo JOB >> {tmp_path}/ran; [ JOB != 2 ] || [ -e {tmp_path}/fixed ]" {tmp_path}/input')
+    proc = launch("decode_cmd", job, slurm)
+    assert proc.returncode != 0
+    assert f"task 2 of x failed (rc=1): see {tmp_path}/log/x.2.log" in proc.stderr, proc.stderr
+    assert sorted((tmp_path / "ran").read_text().split()) == ["1", "2", "3"]
+    (tmp_path / "fixed").touch()
+    proc = launch("decode_cmd", job, slurm)
+    assert proc.returncode == 0, proc.stderr
+    assert "x: tasks 1,3 finished earlier with the same work: submitting 2" in proc.stdout
+    assert sorted((tmp_path / "ran").read_text().split()) == ["1", "2", "2", "3"]
+    assert (tmp_path / "log" / "x.2.1.log").exists() and not (tmp_path / "log" / "x.1.1.log").exists()
+    proc = launch("decode_cmd", job, slurm)
+    assert proc.returncode == 0 and "x: all 3 tasks finished earlier with the same work" in proc.stdout
+    assert sorted((tmp_path / "ran").read_text().split()) == ["1", "2", "2", "3"]
+    # sbatch refuses the job (no such partition): no task started, and Slurm's reason is shown
+    (tmp_path / "input").write_text("changed")  # other work: every task is submitted again
+    proc = launch("decode_cmd", job, dict(slurm, slurm_partition="nosuch"))
+    assert proc.returncode != 0 and "invalid partition specified: nosuch" in proc.stderr.lower(), proc.stderr
+    for j in (1, 2, 3):  # their logs are the earlier run's
+        assert f"task {j} of x did not start: {tmp_path}/log/x.{j}.log was not written" in proc.stderr
+
+
 def test_rescoring_am_score_defaults_to_the_decoding_weights(micro, tmp_path):
     """Without --am_weights, stage 7 weighs decoder and CTC scores as the decode config did (ctc_weight c:
     decoder=1-c,ctc=c); an explicit --am_weights wins."""
@@ -350,14 +429,16 @@ def test_launchers_take_espnet_options_and_keep_old_logs(tmp_path, fake_slurm):
     """Both launchers take the options of ESPnet's run.pl/slurm.pl (--num_threads, --mem, --max_jobs_run,
     --name, --num_nodes): Slurm gets them as --cpus-per-task, --mem, --array 1-N%M, --job-name, --nodes;
     locally --max_jobs_run 1 runs the array one job at a time and --num_nodes 2 is refused. A log of an
-    earlier run is kept as <log>.1.log. ESPnet's launcher runs a 2-node job through local/slurm.pl."""
+    earlier run is kept as <log>.1.log (the second run's input file changed: on Slurm the same work again
+    would not be resubmitted). ESPnet's launcher runs a 2-node job through local/slurm.pl."""
     env, record = fake_slurm
     options = "--num_threads 3 --mem 2G --max_jobs_run 1 --name shards --time 1:00"
     for backend in ("local", "slurm"):
         out = tmp_path / backend
         job = (f'. ./cmd.sh && ${{train_cmd}} {options} JOB=1:3 {out}/log/x.JOB.log '
-               f'sh -c "echo start >> {out}/order; sleep 0.3; echo end JOB >> {out}/order"')
-        for _ in range(2):
+               f'sh -c "echo start >> {out}/order; sleep 0.3; echo end JOB >> {out}/order" {tmp_path}/input')
+        for run in range(2):
+            (tmp_path / "input").write_text(f"run {run}")
             subprocess.run(["bash", "-c", job], cwd=RECIPE, env=dict(env, cmd_backend=backend), check=True)
         assert (out / "order").read_text().split("\n")[:6] == ["start", "end 1", "start", "end 2", "start", "end 3"]
         assert (out / "log" / "x.2.1.log").exists() and (out / "log" / "x.2.log").exists()
@@ -442,26 +523,60 @@ def test_gpu_stages_request_gpus_through_the_launcher(micro, tmp_path, fake_slur
     assert proc.returncode != 0 and "--num_nodes 2 needs --cmd_backend slurm" in proc.stderr
 
 
-def test_sharded_equals_unsharded(micro, tmp_path, fake_slurm):
-    """Decoding and LM scoring in 2 shards (the micro run) give byte-identical merged outputs to a
-    run in 1 shard (here through the Slurm launcher)."""
-    env, record = fake_slurm
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 600) -> None:
+    """Until path exists (or proc ended, or timeout seconds passed)."""
+    t0 = time.monotonic()
+    while not path.exists() and proc.poll() is None and time.monotonic() - t0 < timeout:
+        time.sleep(0.2)
+
+
+def test_sharded_equals_unsharded_through_a_real_slurm(micro, slurm):
+    """The decoding and LM scoring stages through a real Slurm (job arrays of 3 shards, tests/slurm_cluster.py):
+    a failed task fails the stage naming its log; scancel of a running stage stops it with nothing
+    half-written; the re-run submits only the missing tasks, and the merged outputs are byte-identical to
+    the micro run's (2 shards, local launcher)."""
     work = micro[0]
-    tag = "decode_nj1"
-    proc = subprocess.run(["bash", "run.sh", "--mini", "true", "--micro", "true", "--workdir", str(work),
-                           "--cmd_backend", "slurm", "--nj", "1", "--stage", "6", "--stop_stage", "7",
-                           "--inference_tag", tag], cwd=RECIPE, env=env, capture_output=True, text=True,
-                          timeout=900)
+    tag = "decode_slurm"
+    common = ["bash", "run.sh", "--mini", "true", "--micro", "true", "--workdir", str(work), "--cmd_backend", "slurm",
+              "--nj", "3", "--inference_tag", tag]
+    two, three = decode_dir_of(work), decode_dir_of(work, tag)
+    # 1. task 2 of dev_clean's array fails (its 3rd utterance's audio is missing)
+    audio = Path((work / "data" / "dev_clean" / "wav.scp").read_text().splitlines()[2].split()[1])
+    audio.rename(audio.with_suffix(".away"))
+    try:
+        proc = subprocess.run([*common, "--stage", "6", "--stop_stage", "6"], cwd=RECIPE, env=slurm,
+                              capture_output=True, text=True, timeout=900)
+    finally:
+        audio.with_suffix(".away").rename(audio)
+    assert proc.returncode != 0
+    assert f"task 2 of decode failed (rc=1): see {three}/dev_clean/logdir/decode.2.log" in proc.stderr, proc.stderr
+    assert not (three / "dev_clean" / ".done").exists()
+    # 2. scancel while dev_other's array runs: the stage stops, naming the stopped tasks' logs
+    run = subprocess.Popen([*common, "--stage", "6", "--stop_stage", "6"], cwd=RECIPE, env=slurm,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(three / "dev_other" / "logdir" / "decode.1.log", run)
+    subprocess.run(["scancel", "--user", "root"], env=slurm, check=True, timeout=60)
+    out, err = run.communicate(timeout=600)
+    assert run.returncode != 0 and "decode: tasks 1,3 finished earlier with the same work: submitting 2" in out
+    assert "of decode was stopped before it ended (scancel, time limit or node failure): see " in err, err
+    assert (three / "dev_clean" / ".done").exists() and not (three / "dev_other" / ".done").exists()
+    assert not (three / "dev_other" / "1best_recog").exists()
+    for shard in (three / "dev_other" / "logdir").glob("output.*"):  # a shard's files are all there, or none
+        made = {p.name for p in shard.glob("*best_recog/*")}
+        assert not made or len(made) == 5 and len(list(shard.glob("*best_recog/text"))) == 10, (shard, made)
+    # 3. the re-run finishes (only the missing tasks submitted) and gives the 2-shard run's outputs
+    proc = subprocess.run([*common, "--stage", "6", "--stop_stage", "7"], cwd=RECIPE, env=slurm,
+                          capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "--array 1-1" in record.read_text()
-    two, one = decode_dir_of(work), decode_dir_of(work, tag)
+    assert "dev_clean: reused" in proc.stdout
     for s in ("dev_clean", "dev_other", "test_clean", "test_other"):
         files = sorted(p.relative_to(two / s) for p in (two / s).rglob("*")
                        if p.is_file() and "logdir" not in p.parts and p.name != ".done")
         assert len(files) >= 10 * 5 + 4
         for f in files:
-            assert (one / s / f).read_bytes() == (two / s / f).read_bytes(), f"{s}/{f}"
-    r2, r1 = two.parent / RESCORE_SLM, one.parent / RESCORE_SLM.replace(two.name, tag)
+            assert (three / s / f).read_bytes() == (two / s / f).read_bytes(), f"{s}/{f}"
+    assert sorted(p.name for p in (three / "test_other" / "logdir").glob("keys.*")) == ["keys.1", "keys.2", "keys.3"]
+    r2, r1 = two.parent / RESCORE_SLM, three.parent / RESCORE_SLM.replace(two.name, tag)
     assert (r1 / "tuning.json").read_bytes() == (r2 / "tuning.json").read_bytes()
     for s in ("dev_clean", "test_other"):
         assert (r1 / s / "1best_recog" / "text").read_bytes() == (r2 / s / "1best_recog" / "text").read_bytes()

@@ -40,10 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--dev", required=True, help="dev N-best file(s), comma-separated: fairseq-generate output "
                    "or Moses/Marian n-best ('id ||| text ||| features ||| total')")
-    p.add_argument("--dev-ref", required=True, help="reference file(s) for --dev, plain text, line k = sentence k "
-                   "(counted from 0), comma-separated in --dev order")
+    p.add_argument("--dev-ref", required=True, action="append",
+                   help="reference file(s) for --dev, plain text, line k = sentence k (counted from 0), "
+                   "comma-separated in --dev order; given again for each further reference of a set with several "
+                   "(--dev-ref ref0.en --dev-ref ref1.en ..., as sacrebleu REF0 REF1 ...)")
     p.add_argument("--test", default="", help="test N-best file(s), comma-separated")
-    p.add_argument("--test-ref", default="", help="reference file(s) for --test, like --dev-ref")
+    p.add_argument("--test-ref", action="append", default=[], help="reference file(s) for --test, like --dev-ref")
     p.add_argument("--format", default="auto", choices=FORMATS,
                    help="N-best format (default auto: moses when a line holds '|||', else fairseq)")
     p.add_argument("--hyp-lines", default="auto", choices=HYP_LINES,
@@ -70,12 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_sets(args: argparse.Namespace, option: str, paths: str, refs: str) -> list:
-    """The MT N-best sets of ``option`` with one reference file each."""
-    paths, refs = comma_list(paths), comma_list(refs)
-    if len(refs) != len(paths):
-        raise InputError(f"{option}-ref: {len(refs)} reference files for {len(paths)} {option} inputs")
-    return [load_mt_nbest(p, r, args.format, args.hyp_lines, args.remove_bpe, args.nbest) for p, r in zip(paths, refs)]
+def load_sets(args: argparse.Namespace, option: str, paths: str, refs: list[str]) -> list:
+    """The MT N-best sets of ``option``, each with its reference file from every ``refs`` value."""
+    paths, per_ref = comma_list(paths), [comma_list(r) for r in refs] or [[]]
+    for files in per_ref:
+        if len(files) != len(paths):
+            raise InputError(f"{option}-ref: {len(files)} reference files for {len(paths)} {option} inputs")
+    return [load_mt_nbest(p, [files[i] for files in per_ref], args.format, args.hyp_lines, args.remove_bpe,
+                          args.nbest) for i, p in enumerate(paths)]
 
 
 def main(argv=None) -> None:
@@ -89,7 +93,7 @@ def main(argv=None) -> None:
         tuning = tuning_options(args, len(specs))
         dev = load_sets(args, "--dev", args.dev, args.dev_ref)
         test = load_sets(args, "--test", args.test, args.test_ref)
-        inputs = comma_list(args.dev_ref) + comma_list(args.test_ref)
+        inputs = [f for refs in args.dev_ref + args.test_ref for f in comma_list(refs)]
         inputs += [spec for spec in specs if score_column(spec) is None and Path(spec).exists()]
         scorers = load_lms(specs, **scorer_options(args))
         settings = {"command": f"{PROG} " + " ".join(sys.argv[1:] if argv is None else argv)}
@@ -104,7 +108,7 @@ def main(argv=None) -> None:
     print(f"sacrebleu: {signature}")
     for r in reports:
         print(f"{r.name} ({r.role}): BLEU baseline {r.baseline:.2f}  rescored {r.rescored:.2f} "
-              f"(bootstrap {r.bootstrap_mean:.2f} ± {r.bootstrap_ci:.2f}, p = {r.p_value:.4f})  oracle {r.oracle:.2f}")
+              f"({r.bootstrap_text()})  oracle {r.oracle:.2f}")
     print(f"wrote {args.out}/RESULTS.md")
 
 

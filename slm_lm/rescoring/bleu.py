@@ -21,9 +21,21 @@ def bleu_metric(tokenize: str = "13a", lowercase: bool = False):
         raise InputError(f"--bleu-tokenize {tokenize!r}: sacrebleu refuses it ({err})") from None
 
 
-def hyp_stats(metric, refs: list[str], hyps: list[str]) -> np.ndarray:
-    """sacrebleu's BLEU statistics of each hypothesis against its reference, [pairs, 2 + 2 * 4]."""
-    return np.asarray(metric._extract_corpus_statistics(hyps, [refs]), dtype=np.int64).reshape(len(hyps), -1)
+def ref_streams(refs: list[tuple[str, ...]]) -> list[list[str]]:
+    """Per-sentence reference tuples (the same count each) -> sacrebleu's reference streams (stream k: the
+    k-th reference of every sentence, as the k-th reference file of ``sacrebleu REF1 REF2 ...``)."""
+    return [list(stream) for stream in zip(*refs)]
+
+
+def hyp_stats(metric, refs: list[tuple[str, ...]], hyps: list[str]) -> np.ndarray:
+    """sacrebleu's BLEU statistics of each hypothesis against its references, [pairs, 2 + 2 * 4]."""
+    stats = metric._extract_corpus_statistics(hyps, ref_streams(refs))
+    return np.asarray(stats, dtype=np.int64).reshape(len(hyps), -1)
+
+
+def corpus_score(metric, refs: list[tuple[str, ...]], hyps: list[str]):
+    """sacrebleu's corpus BLEU score object of the hypotheses against their references."""
+    return metric.corpus_score(hyps, ref_streams(refs))
 
 
 def corpus_bleu(metric, stats: np.ndarray):
@@ -36,13 +48,13 @@ def bleu_loss(metric):
     return lambda pooled: -corpus_bleu(metric, pooled).score
 
 
-def oracle_choice(metric, refs: list[str], nbest: list[list[str]]) -> list[int]:
+def oracle_choice(metric, refs: list[tuple[str, ...]], nbest: list[list[str]]) -> list[int]:
     """Per sentence, the index of the hypothesis with the highest sentence BLEU (sacrebleu's, with its
     smoothing; the first on ties): the usual approximation of the N-best oracle, since the exact corpus
     oracle is a search over all combinations."""
     sentence = type(metric)(tokenize=metric.tokenizer_signature, lowercase=metric.lowercase,
                             effective_order=True)
-    return [max(range(len(hyps)), key=lambda i: (sentence.sentence_score(hyps[i], [ref]).score, -i))
+    return [max(range(len(hyps)), key=lambda i: (sentence.sentence_score(hyps[i], list(ref)).score, -i))
             for ref, hyps in zip(refs, nbest)]
 
 
@@ -57,12 +69,13 @@ def check_bootstrap(samples: int, sentences: int, set_name: str) -> None:
                          f"{MAX_BOOTSTRAP_DRAWS:,} (sacrebleu holds them all in memory); give fewer resamples")
 
 
-def paired_test(metric, refs: list[str], systems: list[tuple[str, list[str]]], samples: int = 1000):
+def paired_test(metric, refs: list[tuple[str, ...]], systems: list[tuple[str, list[str]]], samples: int = 1000):
     """sacrebleu's paired bootstrap resampling (``sacrebleu --paired-bs``, its fixed seed) of every system
     against the first, the baseline: (signature, [(name, BLEU, bootstrap mean, 95 % interval half-width,
     p-value; None for the baseline)])."""
     from sacrebleu.significance import PairedTest
 
-    signatures, scores = PairedTest(systems, {"BLEU": metric}, [refs], test_type="bs", n_samples=samples)()
+    streams = ref_streams(refs)
+    signatures, scores = PairedTest(systems, {"BLEU": metric}, streams, test_type="bs", n_samples=samples)()
     rows = [(name, r.score, r.mean, r.ci, r.p_value) for name, r in zip(scores["System"], scores["BLEU"])]
     return signatures["BLEU"].format(), rows

@@ -1,5 +1,6 @@
-"""Machine-translation N-best lists as :class:`slm_lm.rescoring.nbest.NbestSet`, with references from a plain text
-file (line k = sentence k, counted from 0 as fairseq and Moses number them).
+"""Machine-translation N-best lists as :class:`slm_lm.rescoring.nbest.NbestSet`, with references from plain
+text files (line k = sentence k, counted from 0 as fairseq and Moses number them; one file per reference
+where a test set has several).
 
 Formats:
 - fairseq-generate output: ``H-<id>\\t<score>\\t<text>`` per hypothesis (best first), optional
@@ -7,8 +8,9 @@ Formats:
   ``S-``/``T-``/``A-``/``E-`` lines and log lines are not hypotheses and are passed over.
   Per-scorer scores: ``fairseq`` (the H- score, length-normalised by fairseq) and, with P- lines,
   ``positional`` (their sum: the unnormalised log-probability).
-- Moses/Marian n-best: ``<id> ||| <text> ||| <features> ||| <total>[ ||| ...]``; per-scorer scores: each
-  feature value, named ``NAME`` (``NAME.2``, ``NAME.3`` ... for a feature with several values).
+- Moses/Marian and Joshua/cdec n-best: ``<id> ||| <text> ||| <features> ||| <total>[ ||| ...]``; per-scorer
+  scores: each feature value. Moses' features ``NAME= v1 v2`` are named ``NAME`` (``NAME.2``, ``NAME.3`` ...
+  for a feature with several values), Joshua's and cdec's ``name=value`` by their names.
 
 The text of a hypothesis passes BPE removal as fairseq's ``--remove-bpe`` does (:data:`BPE_SYMBOLS`).
 """
@@ -86,24 +88,55 @@ def read_fairseq(path: str | Path, hyp_lines: str = "auto", nbest: int | None = 
     return out
 
 
-def _features(text: str, where: str) -> dict[str, float]:
-    """Moses feature values ``LM0= -12.3 TM0= -1 -2`` -> {"LM0": -12.3, "TM0": -1, "TM0.2": -2}."""
+def _moses_features(tokens: list[str], where: str) -> dict[str, float]:
+    """Moses' ``LM0= -12.3 TM0= -1 -2`` -> {"LM0": -12.3, "TM0": -1, "TM0.2": -2}."""
     scores, name, count = {}, None, 0
-    for token in text.split():
+    for token in tokens:
         if token.endswith("="):
+            if name is not None and count == 0:
+                raise InputError(f"{where}: feature {name}= has no value (want NAME= values)")
             name, count = token[:-1], 0
             continue
         if name is None:
             raise InputError(f"{where}: feature value {token!r} before any feature name (want NAME= values)")
         count += 1
         scores[name if count == 1 else f"{name}.{count}"] = parse_score(token, where)
+    if name is not None and count == 0:
+        raise InputError(f"{where}: feature {name}= has no value (want NAME= values)")
     return scores
 
 
+def _named_features(tokens: list[str], where: str) -> dict[str, float]:
+    """Joshua's and cdec's ``lm_0=-27.2 tm_pt_0=-0.0`` -> {"lm_0": -27.2, "tm_pt_0": -0.0}."""
+    scores = {}
+    for token in tokens:
+        name, _, value = token.partition("=")
+        if not name or not value:
+            raise InputError(f"{where}: feature {token!r} is not name=value")
+        if name in scores:
+            raise InputError(f"{where}: feature {name!r} given twice")
+        scores[name] = parse_score(value, where)
+    return scores
+
+
+def _features(text: str, where: str) -> dict[str, float]:
+    """The features of an n-best line, in Moses' style (``NAME= v1 v2``) or Joshua's and cdec's
+    (``name=value``); one line holds one style."""
+    tokens = text.split()
+    named = [t for t in tokens if "=" in t[:-1]]
+    if not named:
+        return _moses_features(tokens, where)
+    if len(named) < len(tokens):
+        other = next(t for t in tokens if "=" not in t[:-1])
+        raise InputError(f"{where}: features mix Joshua/cdec's name=value ({named[0]!r}) and Moses' NAME= values "
+                         f"({other!r}); want one style per line")
+    return _named_features(tokens, where)
+
+
 def read_moses(path: str | Path, nbest: int | None = None) -> dict[str, list[Hypothesis]]:
-    """Hypotheses of a Moses/Marian n-best list: {sentence id: hypotheses in file order}."""
+    """Hypotheses of a Moses/Marian or Joshua/cdec n-best list: {sentence id: hypotheses in file order}."""
     path = Path(path)
-    require_file(path, "Moses n-best list")
+    require_file(path, "n-best list")
     out: dict[str, list[Hypothesis]] = {}
     for lineno, line in read_text_lines(path):
         where = f"{path}:{lineno}"
@@ -139,11 +172,12 @@ def read_plain_refs(path: str | Path) -> dict[str, tuple[str, str]]:
     return {str(lineno - 1): (single_spaced(line), f"{path}:{lineno}") for lineno, line in read_text_lines(path)}
 
 
-def load_mt_nbest(path: str | Path, ref: str | Path, fmt: str = "auto", hyp_lines: str = "auto",
+def load_mt_nbest(path: str | Path, ref: str | Path | list, fmt: str = "auto", hyp_lines: str = "auto",
                   bpe: str = "subword_nmt", nbest: int | None = None) -> NbestSet:
     """One MT N-best set named after the file's stem; every sentence needs hypotheses and a reference
-    line, and the other way round. ``bpe``: :func:`remove_bpe` on the hypotheses (references are as in
-    ``ref``)."""
+    line, and the other way round. ``ref``: a reference file, or a list of them (several references per
+    sentence, the same number of lines each, as ``sacrebleu REF1 REF2 ...`` reads them). ``bpe``:
+    :func:`remove_bpe` on the hypotheses (references are as in ``ref``)."""
     path = Path(path)
     require_file(path, "N-best file")
     if nbest is not None and nbest < 1:
@@ -153,9 +187,17 @@ def load_mt_nbest(path: str | Path, ref: str | Path, fmt: str = "auto", hyp_line
     fmt = detect_format(path) if fmt == "auto" else fmt
     hyps = read_moses(path, nbest) if fmt == "moses" else read_fairseq(path, hyp_lines, nbest)
     if not hyps:
-        raise InputError(f"{path}: no hypotheses (want fairseq-generate H- lines or Moses 'id ||| text ||| ...')")
-    refs = read_plain_refs(ref)
-    check_refs(hyps, refs, str(path), str(ref))
+        raise InputError(f"{path}: no hypotheses (want fairseq-generate H- lines or 'id ||| text ||| ...' lines)")
+    ref_paths = [ref] if isinstance(ref, (str, Path)) else list(ref)
+    ref_files = [read_plain_refs(r) for r in ref_paths]
+    for other_path, other in zip(ref_paths[1:], ref_files[1:]):
+        if len(other) != len(ref_files[0]):
+            raise InputError(f"{other_path}: {len(other)} lines where {ref_paths[0]} has {len(ref_files[0])} "
+                             f"(want one reference per sentence in every reference file)")
+    refs = ref_files[0]
+    check_refs(hyps, refs, str(path), str(ref_paths[0]))
     hyps = {k: [Hypothesis(h.rank, remove_bpe(h.text, bpe), h.score, h.scores, h.where) for h in v]
             for k, v in sorted(hyps.items(), key=lambda item: int(item[0]))}
-    return NbestSet(name=path.stem, source=str(path), hyps=hyps, refs={k: refs[k][0] for k in hyps})
+    more_refs = {k: tuple(f[k][0] for f in ref_files[1:]) for k in hyps} if len(ref_files) > 1 else {}
+    return NbestSet(name=path.stem, source=str(path), hyps=hyps, refs={k: refs[k][0] for k in hyps},
+                    more_refs=more_refs)

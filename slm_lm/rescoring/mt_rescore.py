@@ -24,7 +24,8 @@ from slm_lm.scoring.cache import LocatedScorer, lm_scores
 @dataclass
 class BleuReport:
     """BLEU of one set: baseline (the MT score's 1-best), rescored, N-best oracle; the rescored system's
-    paired bootstrap against the baseline (sacrebleu: bootstrap mean, 95 % interval half-width, p-value)."""
+    paired bootstrap against the baseline (sacrebleu: bootstrap mean, 95 % interval half-width, p-value),
+    None where the rescored output is the baseline's (``same_as_baseline``): there is nothing to test."""
 
     name: str
     role: str
@@ -33,9 +34,16 @@ class BleuReport:
     baseline: float
     rescored: float
     oracle: float
-    bootstrap_mean: float
-    bootstrap_ci: float
-    p_value: float
+    same_as_baseline: bool
+    bootstrap_mean: float | None
+    bootstrap_ci: float | None
+    p_value: float | None
+
+    def bootstrap_text(self) -> str:
+        """The paired bootstrap in words: ``bootstrap M ± CI, p = P`` or that the outputs are the same."""
+        if self.same_as_baseline:
+            return "the same output as the baseline: no test"
+        return f"bootstrap {self.bootstrap_mean:.2f} ± {self.bootstrap_ci:.2f}, p = {self.p_value:.4f}"
 
 
 def chosen_texts(s: ScoredSet, chosen) -> list[str]:
@@ -43,17 +51,27 @@ def chosen_texts(s: ScoredSet, chosen) -> list[str]:
     return [texts[int(r)] for texts, r in zip(s.texts, chosen)]
 
 
-def bleu_report(s: ScoredSet, refs: list[str], weights: Weights, role: str, metric, samples: int):
-    """(:class:`BleuReport`, rescored 1-best, baseline 1-best, bootstrap signature) of one set."""
+def bleu_report(s: ScoredSet, refs: list[tuple[str, ...]], weights: Weights, role: str, metric, samples: int):
+    """(:class:`BleuReport`, rescored 1-best, baseline 1-best, bootstrap signature or None where no test ran)
+    of one set; ``refs``: every reference of each sentence."""
     zero = (0.0,) * s.lm.shape[0]
     base = chosen_texts(s, s.choose(zero, 0.0))
     rescored = chosen_texts(s, s.choose(weights.lambdas, weights.beta, weights.alphas))
     oracle = chosen_texts(s, bleu.oracle_choice(metric, refs, s.texts))
-    signature, rows = bleu.paired_test(metric, refs, [("baseline", base), ("rescored", rescored)], samples)
-    _, _, mean, ci, p_value = rows[1]
-    report = BleuReport(s.name, role, len(s.uttids), int(np.isfinite(s.am).sum()), rows[0][1], rows[1][1],
-                        metric.corpus_score(oracle, [refs]).score, float(mean), float(ci), float(p_value))
+    signature, mean, ci, p_value = None, None, None, None
+    if rescored != base:
+        signature, rows = bleu.paired_test(metric, refs, [("baseline", base), ("rescored", rescored)], samples)
+        mean, ci, p_value = (float(x) for x in rows[1][2:])
+    report = BleuReport(s.name, role, len(s.uttids), int(np.isfinite(s.am).sum()),
+                        bleu.corpus_score(metric, refs, base).score, bleu.corpus_score(metric, refs, rescored).score,
+                        bleu.corpus_score(metric, refs, oracle).score, rescored == base, mean, ci, p_value)
     return report, rescored, base, signature
+
+
+def _bootstrap_cells(r: BleuReport) -> str:
+    if r.same_as_baseline:
+        return "same output as baseline | –"
+    return f"{r.bootstrap_mean:.2f} ± {r.bootstrap_ci:.2f} | {r.p_value:.4f}"
 
 
 def results_markdown(reports: list[BleuReport], weights: Weights, lm_names, settings: dict, signature: str) -> str:
@@ -65,13 +83,13 @@ def results_markdown(reports: list[BleuReport], weights: Weights, lm_names, sett
     lines += [f"- word bonus beta = {weights.beta:g}", f"- sacrebleu: `{signature}`", ""]
     lines += [
         "Corpus BLEU (sacrebleu). Bootstrap: rescored against baseline, sacrebleu's paired bootstrap "
-        "(mean, 95 % interval, p-value).",
+        "(mean, 95 % interval, p-value); none where the rescored output is the baseline's.",
         "",
         "| set | role | sentences | hyps | baseline | rescored | oracle | bootstrap mean ± 95 % | p |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [f"| {r.name} | {r.role} | {r.sentences} | {r.hyps} | {r.baseline:.2f} | {r.rescored:.2f} | "
-              f"{r.oracle:.2f} | {r.bootstrap_mean:.2f} ± {r.bootstrap_ci:.2f} | {r.p_value:.4f} |" for r in reports]
+              f"{r.oracle:.2f} | {_bootstrap_cells(r)} |" for r in reports]
     return "\n".join(lines) + "\n"
 
 
@@ -107,8 +125,9 @@ def rerank_mt(dev: list[NbestSet], test: list[NbestSet], scorers: list, out_dir:
         outputs, signature = [], ""
         for role, sets, scored in (("dev", dev, dev_m), ("test", test, test_m)):
             for s, m in zip(sets, scored):
-                refs = [s.refs[k] for k in m.uttids]
-                report, rescored, base, signature = bleu_report(m, refs, result.best, role, metric, bootstrap_samples)
+                refs = [s.references(k) for k in m.uttids]
+                report, rescored, base, tested = bleu_report(m, refs, result.best, role, metric, bootstrap_samples)
+                signature = tested or signature or metric.get_signature().format()
                 outputs.append((report, rescored, base))
         reports = [o[0] for o in outputs]
         lm_names = [sc.name for sc in scorers]

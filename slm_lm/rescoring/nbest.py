@@ -49,12 +49,18 @@ class Hypothesis:
 
 @dataclass
 class NbestSet:
-    """A named set of N-best lists with one reference per utterance (same utterance ids)."""
+    """A named set of N-best lists with one reference per utterance (same utterance ids); ``more_refs``:
+    further references of an utterance (translation test sets often have several)."""
 
     name: str
     source: str
     hyps: dict[str, list[Hypothesis]]
     refs: dict[str, str]
+    more_refs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def references(self, uttid: str) -> tuple[str, ...]:
+        """Every reference of an utterance, ``refs`` first."""
+        return (self.refs[uttid], *self.more_refs.get(uttid, ()))
 
     @property
     def n_hyps(self) -> int:

@@ -177,8 +177,9 @@ class ScoredSet:
 def build_scored_set(nbest: NbestSet, lm_tables: list, am_weights=None, length_norm=(), hyp_stats=None) -> ScoredSet:
     """Turn an :class:`NbestSet` and per-LM {text: score} tables (or :class:`ScoreColumn`) into a
     :class:`ScoredSet`; ``length_norm``: one kind per LM (see :func:`length_penalty`) or ().
-    ``hyp_stats``: instead of word errors, another metric's statistics, a function (references,
-    hypotheses) -> [pairs, K] array (e.g. :func:`slm_lm.rescoring.bleu.hyp_stats`)."""
+    ``hyp_stats``: instead of word errors, another metric's statistics, a function (per pair the tuple of
+    references (:meth:`NbestSet.references`), hypotheses) -> [pairs, K] array (e.g.
+    :func:`slm_lm.rescoring.bleu.hyp_stats`)."""
     uttids = list(nbest.hyps)
     width = max(len(h) for h in nbest.hyps.values())
     shape = (len(uttids), width)
@@ -196,7 +197,7 @@ def build_scored_set(nbest: NbestSet, lm_tables: list, am_weights=None, length_n
             for j, table in enumerate(lm_tables):
                 lm[j, u, r] = table.value(hyp) if isinstance(table, ScoreColumn) else table[hyp.text]
             n_words[u, r] = hyp.n_words
-            pair_refs.append(nbest.refs[uttid])
+            pair_refs.append(nbest.refs[uttid] if hyp_stats is None else nbest.references(uttid))
             pair_hyps.append(hyp.text)
             pair_pos.append((u, r))
     rows, cols = np.array(pair_pos).T

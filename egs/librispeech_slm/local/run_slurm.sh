@@ -17,6 +17,10 @@
 # The partition ${slurm_partition} (cmd.sh) or --partition, when given, wins; the environment goes to the job.
 # A job's OMP_NUM_THREADS is its CPUs per process: --num_threads / max(1, --gpu) (one DDP process per GPU).
 # A LOG that exists (a resumed job) is kept as LOG-stem.1.log (older ones shifted, up to .9).
+# A re-run of an array submits only its missing tasks: a task that ended with rc 0 leaves q/NAME.J.done,
+# its work (the command's words, each existing file followed by the md5 of its content); the tasks whose
+# .done is that of the same work again are not resubmitted (all of them: nothing is submitted).
+# A failed or stopped (scancel, time limit) task is named with its log; the stage then stops.
 set -u
 cpus=1; gpu=0; mem=""; time_limit=""; partition="${slurm_partition:-}"; name=""; num_nodes=1; max_jobs_run=0
 config=""; declare -A extra=()
@@ -47,6 +51,45 @@ base="$(basename "${log}" .log)"; base="${base//.JOB/}"; base="${base//JOB/}"
 : "${name:=${base}}"
 mkdir -p "${qdir}"
 script="${qdir}/${base}.sh"
+declare -A md5s=()
+# task_work J: the work of task J, one word a line (JOB replaced by J in an array), each existing file
+# followed by the md5 of its content
+task_work() {
+    local w words=("${@:2}")
+    [ "${array}" = true ] && words=("${words[@]//JOB/$1}")
+    for w in "${words[@]}"; do
+        if [ -f "${w}" ]; then
+            [ -n "${md5s[${w}]+set}" ] || md5s[${w}]=$(md5sum < "${w}" | cut -d' ' -f1)
+            echo "${w} md5=${md5s[${w}]}"
+        else
+            echo "${w}"
+        fi
+    done
+}
+todo=(); finished=()
+for ((j = first; j <= last; j++)); do
+    if [ "${array}" = true ]; then
+        task_work "${j}" "$@" > "${qdir}/${base}.${j}.work"
+        if cmp -s "${qdir}/${base}.${j}.work" "${qdir}/${base}.${j}.done"; then finished+=("${j}"); continue; fi
+        rm -f "${qdir}/${base}.${j}.done"
+    fi
+    todo+=("${j}")
+done
+# ranges J1 J2 ...: the sorted indices as sbatch's --array list, e.g. 1-3,5
+ranges() {
+    awk '{ for (i = 1; i <= NF; i++) { if (i > 1 && $i == $(i - 1) + 1) { end = $i; continue }
+           if (i > 1) out = out (end != start ? start "-" end : start) ","; start = end = $i }
+           print out (end != start ? start "-" end : start) }' <<< "$*"
+}
+if [ ${#finished[@]} -gt 0 ]; then
+    if [ ${#todo[@]} -eq 0 ]; then
+        echo "$0: ${name}: all ${#finished[@]} tasks finished earlier with the same work" \
+             "(${qdir}/${base}.J.done): nothing submitted"
+        exit 0
+    fi
+    echo "$0: ${name}: tasks $(ranges "${finished[@]}") finished earlier with the same work:" \
+         "submitting $(ranges "${todo[@]}")"
+fi
 {
     echo "#!/usr/bin/env bash"
     printf 'cd %q\n' "${PWD}"
@@ -62,11 +105,17 @@ script="${qdir}/${base}.sh"
     echo '{ echo "# ${args[*]}"; echo "# started at $(date) on $(hostname) (Slurm job ${SLURM_JOB_ID:-?})"; } > "${log}"'
     echo '"${args[@]}" >> "${log}" 2>&1; rc=$?'
     echo 'echo "# ended (rc=${rc}) at $(date)" >> "${log}"'
+    if [ "${array}" = true ]; then  # the task's work is done
+        printf 'work=%q\n' "${qdir}/${base}"
+        echo '[ ${rc} -ne 0 ] || { cp "${work}.${j}.work" "${work}.${j}.done.tmp" &&'
+        echo '    mv -f "${work}.${j}.done.tmp" "${work}.${j}.done"; }'
+    fi
     echo 'exit ${rc}'
 } > "${script}"
 submit=(sbatch); opts=(--wait --parsable --output "${qdir}/${base}.%A_%a.out")
 if [ "${array}" = true ]; then
-    if [ "${max_jobs_run}" -gt 0 ]; then opts+=(--array "${first}-${last}%${max_jobs_run}"); else opts+=(--array "${first}-${last}"); fi
+    tasks=$(ranges "${todo[@]}")
+    if [ "${max_jobs_run}" -gt 0 ]; then opts+=(--array "${tasks}%${max_jobs_run}"); else opts+=(--array "${tasks}"); fi
 fi
 if [ -n "${config}" ]; then  # the rules of an ESPnet slurm.conf
     [ -r "${config}" ] || { echo "$0: --config ${config}: cannot read it" >&2; exit 1; }
@@ -98,13 +147,23 @@ else
     [ -n "${time_limit}" ] && opts+=(--time "${time_limit}")
 fi
 [ -n "${partition}" ] && opts+=(--partition "${partition}")
+: > "${qdir}/${base}.submitted"  # a task log older than this is from an earlier run
 "${submit[@]}" "${opts[@]}" "${script}" > "${qdir}/${base}.sbatch.out" 2>&1
 rc=$?
 if [ ${rc} -ne 0 ]; then
     echo "$0: Slurm job ${name} failed (sbatch rc=${rc}); logs: ${log}, ${qdir}/${base}.*" >&2
-    for ((j = first; j <= last; j++)); do
+    for j in "${todo[@]}"; do
         jlog="${log//JOB/${j}}"
-        if [ -f "${jlog}" ] && ! grep -q '^# ended (rc=0)' "${jlog}"; then tail -n 15 "${jlog}" >&2; fi
+        [ -f "${qdir}/${base}.${j}.done" ] && continue
+        if [ ! "${jlog}" -nt "${qdir}/${base}.submitted" ]; then
+            echo "$0: task ${j} of ${name} did not start: ${jlog} was not written" >&2
+        elif ended=$(grep -m 1 -o '^# ended (rc=[0-9]*' "${jlog}"); then
+            echo "$0: task ${j} of ${name} failed (${ended#*(}): see ${jlog}" >&2
+            tail -n 15 "${jlog}" >&2
+        else
+            echo "$0: task ${j} of ${name} was stopped before it ended (scancel, time limit or node failure):" \
+                 "see ${jlog}" >&2
+        fi
     done
     tail -n 5 "${qdir}/${base}.sbatch.out" >&2
 fi
