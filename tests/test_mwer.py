@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from slm_lm import build_lm
-from slm_lm import mwer_train as trainer
 from slm_lm.bin import mwer_train as cli
-from slm_lm.bpe import train_bpe
-from slm_lm.mwer import mixed_loss, mwer_per_utterance
-from slm_lm.scorer import Scorer
-from slm_lm.wer import word_errors
+from slm_lm.model.bpe import train_bpe
+from slm_lm.pretrain import mwer_trainer as trainer
+from slm_lm.pretrain.mwer import mixed_loss, mwer_per_utterance
+from slm_lm.rescoring.wer import word_errors
+from slm_lm.scoring.scorer import Scorer
 
 TEXT = """IN THE BEGINNING GOD CREATED THE HEAVEN AND THE EARTH
 AND THE EARTH WAS WITHOUT FORM AND VOID AND DARKNESS WAS UPON THE FACE OF THE DEEP

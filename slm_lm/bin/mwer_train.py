@@ -13,14 +13,14 @@ along training; OUT/rescore/ the test lists rescored as slm-rescore writes them.
 import sys
 from pathlib import Path
 
-from slm_lm.errors import InputError, fail
-from slm_lm.options import Parser, number
-from slm_lm.outputs import check_no_overlap
-from slm_lm.precision import DTYPE_CHOICES, device_option, resolve_dtype
-from slm_lm.rescore_inputs import comma_list, load_nbest_sets, normalized_sets
-from slm_lm.scored_set import parse_am_weights, score_column
-from slm_lm.tokenizer import UNKNOWN_CHOICES
-from slm_lm.weight_search import parse_range
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.options import Parser, number
+from slm_lm.common.outputs import check_no_overlap
+from slm_lm.model.precision import DTYPE_CHOICES, device_option, resolve_dtype
+from slm_lm.model.tokenizer import UNKNOWN_CHOICES
+from slm_lm.rescoring.inputs import comma_list, load_nbest_sets, normalized_sets
+from slm_lm.rescoring.scored_set import parse_am_weights, score_column
+from slm_lm.rescoring.weight_search import parse_range
 
 COMMAND = "slm-mwer-train"
 
@@ -96,8 +96,8 @@ def main(argv=None) -> None:
     try:
         import torch
 
-        from slm_lm.mwer_train import ONE_PASS_KINDS, MwerSettings, mwer_train
-        from slm_lm.scorer import Scorer
+        from slm_lm.pretrain.mwer_trainer import ONE_PASS_KINDS, MwerSettings, mwer_train
+        from slm_lm.scoring.scorer import Scorer
 
         if args.threads:
             torch.set_num_threads(args.threads)

@@ -1,4 +1,4 @@
-"""Discriminative fine-tuning of an LM on N-best lists with the MWER loss (:mod:`slm_lm.mwer`): the data, the
+"""Discriminative fine-tuning of an LM on N-best lists with the MWER loss (:mod:`slm_lm.pretrain.mwer`): the data, the
 held-out split, the training loop, its checkpoint, curve and card, and the rescoring that follows.
 
 The training sets' utterances are split by speaker (the id up to its first ``-``, as LibriSpeech's
@@ -7,7 +7,7 @@ the held-out lists are rescored with the current weights: their WER at the lambd
 loss's lambda form the curve; the model with the lowest held-out WER is exported to ``out_dir``/model/
 (early stopping: ``patience`` validations without a better one end the run). Without ``lam`` the loss's
 lambda is the one tuned on the held-out lists with the starting model. Test sets, if any, are then rescored
-by :func:`slm_lm.rescore.rescore` with every weight tuned on the held-out lists only (``out_dir``/rescore/).
+by :func:`slm_lm.rescoring.rescore.rescore` with every weight tuned on the held-out lists only (``out_dir``/rescore/).
 
 ``out_dir`` holds checkpoint.pt (the model, the optimizer, the loop state, every random-number state; a run
 killed at any moment resumes from its last validation to the very weights of an unbroken run), curve.tsv,
@@ -22,20 +22,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from slm_lm import model_dir
-from slm_lm.errors import InputError
-from slm_lm.fileio import exclusive_dir_lock, new_directory, read_json, write_atomic
-from slm_lm.mwer import mixed_loss, mwer_per_utterance
-from slm_lm.nbest import NbestSet
-from slm_lm.outputs import check_output_dir, finish_interrupted, staged_outputs
-from slm_lm.precision import autocast
+from slm_lm.common.errors import InputError
+from slm_lm.common.fileio import exclusive_dir_lock, new_directory, read_json, write_atomic
+from slm_lm.common.outputs import check_output_dir, finish_interrupted, staged_outputs
+from slm_lm.common.progress import progress_bar
+from slm_lm.model import directory as model_dir
+from slm_lm.model.precision import autocast
 from slm_lm.pretrain.corpus import batches
+from slm_lm.pretrain.mwer import mixed_loss, mwer_per_utterance
 from slm_lm.pretrain.schedule import learning_rate
 from slm_lm.pretrain.trainer import rng_states, set_rng_states
-from slm_lm.progress import progress_bar
-from slm_lm.scored_set import ScoreColumn, ScoredSet, build_scored_set
-from slm_lm.scoring import length_batches
-from slm_lm.weight_search import tune
+from slm_lm.rescoring.nbest import NbestSet
+from slm_lm.rescoring.scored_set import ScoreColumn, ScoredSet, build_scored_set
+from slm_lm.rescoring.weight_search import tune
+from slm_lm.scoring.interface import length_batches
 
 COMMAND = "slm-mwer-train"
 CHECKPOINT_FILE, CURVE_FILE, MODEL_DIR, RESCORE_DIR, CACHE_DIR = "checkpoint.pt", "curve.tsv", "model", "rescore", "lm_cache"
@@ -445,8 +445,8 @@ def mwer_train(settings: MwerSettings, scorer, train_sets: list[NbestSet], test_
     `test_sets` with the best model (loaded with `scorer_options`), every weight tuned on the held-out lists;
     returns (the card, the rescoring's (TuneResult, reports) or None). `inputs`: other files read (references,
     the model)."""
-    from slm_lm.rescore import rescore
-    from slm_lm.scorer import Scorer
+    from slm_lm.rescoring.rescore import rescore
+    from slm_lm.scoring.scorer import Scorer
 
     check_unseen(train_sets, test_sets)
     out = Path(settings.out_dir)
