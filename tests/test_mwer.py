@@ -205,3 +205,16 @@ def test_a_masked_lm_is_refused(lists, tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(args)
     assert "a 'mlm' model; MWER training needs a sentence's score in one pass" in capsys.readouterr().err
+
+
+def test_no_epochs_evaluates_the_starting_model_with_the_held_out_weights(lists, tmp_path, capsys):
+    args = run_args(lists, tmp_path / "out")
+    args[args.index("--updates"):args.index("--updates") + 2] = ["--epochs", "0"]
+    cli.main(args)
+    assert (tmp_path / "out" / "curve.tsv").read_text().splitlines()[1].split("\t")[0] == "0"
+    assert len((tmp_path / "out" / "curve.tsv").read_text().splitlines()) == 2
+    card = json.loads((tmp_path / "out" / "model" / "training.json").read_text())
+    assert card["updates"] == 0 and card["budget_updates"] == 0
+    start, kept = Scorer.from_pretrained(lists / "model"), Scorer.from_pretrained(tmp_path / "out" / "model")
+    assert kept.score(REFS) == pytest.approx(start.score(REFS), abs=0.05)  # the fp16 export of the same weights
+    assert "test (test): AM-only" in capsys.readouterr().out

@@ -49,8 +49,8 @@ def build_parser() -> Parser:
     p.add_argument("--lr", type=number(float, above=0), default=3e-5, help="peak learning rate (default 3e-5)")
     p.add_argument("--warmup", type=number(float, 0, 1), default=0.1, help="share of the updates for the linear "
                    "warm-up, then linear decay to 0 (default 0.1)")
-    p.add_argument("--epochs", type=number(float, above=0), default=1.0, help="passes over the training utterances "
-                   "(default 1)")
+    p.add_argument("--epochs", type=number(float, 0), default=1.0, help="passes over the training utterances "
+                   "(default 1; 0: no update, the starting model evaluated as the trained ones are)")
     p.add_argument("--updates", type=number(int, 1), default=0, help="number of updates instead of --epochs")
     p.add_argument("--batch-tokens", type=number(int, 1), default=4096,
                    help="padded tokens of the hypotheses per update, whole utterances (default 4096)")

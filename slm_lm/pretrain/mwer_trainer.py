@@ -195,7 +195,7 @@ class MwerRun:
             raise InputError("--lambda: needed when nothing is held out (--held-out 0)")
         self.costs = [len(u.hyps) * max(len(h) for h in u.hyps) for u in self.train]
         per_epoch = len(batches(self.costs, s.batch_tokens, random.Random(0)))
-        self.total_updates = s.updates or max(1, math.ceil(s.epochs * per_epoch))
+        self.total_updates = s.updates or math.ceil(s.epochs * per_epoch)  # 0: the starting model, evaluated
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
         rest = [p for p in self.model.parameters() if p.dim() < 2]
         self.optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
