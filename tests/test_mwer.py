@@ -113,7 +113,8 @@ def test_training_on_lists_holding_the_reference_drives_their_wer_to_the_oracle(
     assert errors > 0  # the starting model prefers some wrong hypothesis: the oracle is 0
     cli.main(["--model", str(lists / "model"), "--train", str(lists / "train.tsv"), "--train-ref",
               str(lists / "train.ref"), "--held-out", "0", "--lambda", "1", "--lm-weight", "0", "--lr", "3e-3",
-              "--scale", "0.1", "--updates", "150", "--batch-tokens", "200", "--valid-every", "50", "--out", str(tmp_path / "out"),
+              "--scale", "0.1", "--updates", "150", "--batch-tokens", "200", "--valid-every", "50",
+              "--out", str(tmp_path / "out"),
               "--no-progress", "--threads", "1"])
     assert list_wer(tmp_path / "out" / "model", lists) == (0, words)
     card = json.loads((tmp_path / "out" / "model" / "training.json").read_text())

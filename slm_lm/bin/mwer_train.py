@@ -10,7 +10,6 @@ Example (train on dev_clean's 10-best lists, test on dev_other's; the first-pass
 OUT/model/ is an ordinary model directory (slm-rescore, slm-score take it); OUT/curve.tsv the held-out WER
 along training; OUT/rescore/ the test lists rescored as slm-rescore writes them. A killed run resumes.
 """
-import sys
 from pathlib import Path
 
 from slm_lm.common.errors import InputError, fail
@@ -30,10 +29,12 @@ def build_parser() -> Parser:
     p = Parser(prog=COMMAND, description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="the LM to start from: a shipped name (slm-books, clm-books) or a "
                    "model directory; one-pass kinds only (slm, clm, bilm, tta)")
-    p.add_argument("--train", required=True, help="training N-best input(s), comma-separated: ESPnet dir, .json or .tsv")
+    p.add_argument("--train", required=True, help="training N-best input(s), comma-separated: ESPnet dir, .json or "
+                   ".tsv")
     p.add_argument("--train-ref", default="", help="reference file(s) for --train, comma-separated ('-': found with "
                    "the data)")
-    p.add_argument("--test", default="", help="test N-best input(s), rescored after training (never trained or tuned on)")
+    p.add_argument("--test", default="", help="test N-best input(s), rescored after training (never trained or "
+                   "tuned on)")
     p.add_argument("--test-ref", default="", help="reference file(s) for --test, like --train-ref")
     p.add_argument("--nbest", type=number(int, 1), default=None, help="use ranks 1..N (default: all)")
     p.add_argument("--am-weights", default=None, help="AM = weighted per-scorer scores, e.g. decoder=0.6,ctc=0.4 "

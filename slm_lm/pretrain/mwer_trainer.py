@@ -38,8 +38,9 @@ from slm_lm.rescoring.weight_search import tune
 from slm_lm.scoring.interface import length_batches
 
 COMMAND = "slm-mwer-train"
-CHECKPOINT_FILE, CURVE_FILE, MODEL_DIR, RESCORE_DIR, CACHE_DIR = "checkpoint.pt", "curve.tsv", "model", "rescore", "lm_cache"
-CURVE_HEADER = ("updates\ttrain_mwer\ttrain_ce\theldout_mwer\theldout_wer\theldout_lambda\theldout_wer_at_loss_lambda\n")
+CHECKPOINT_FILE, CURVE_FILE, MODEL_DIR = "checkpoint.pt", "curve.tsv", "model"
+RESCORE_DIR, CACHE_DIR = "rescore", "lm_cache"
+CURVE_HEADER = "updates\ttrain_mwer\ttrain_ce\theldout_mwer\theldout_wer\theldout_lambda\theldout_wer_at_loss_lambda\n"
 ONE_PASS_KINDS = ("slm", "clm", "bilm", "tta")  # an MLM needs one pass per token for a sentence's score
 
 
@@ -213,7 +214,8 @@ class MwerRun:
                                  "hypotheses minus their mean errors; mean over the utterances of a batch",
                          "am_weights": s.am_weights, "fixed": s.fixed, "lambda": s.lam, "scale": s.scale,
                          "lm_weight": s.lm_weight, "lm_loss": "the LM's own loss per token on the references"},
-                "train_sets": [{"name": n.name, "source": n.source, "utterances": len(n.hyps)} for n in self.train_sets],
+                "train_sets": [{"name": n.name, "source": n.source, "utterances": len(n.hyps)}
+                               for n in self.train_sets],
                 "train_utterances": len(self.train), "train_hypotheses": sum(len(u.hyps) for u in self.train),
                 "held_out": {"share": s.held_out, "speakers": len(held), "utterances": len(self.heldout),
                              "rule": "speaker = utterance id up to its first '-', a seeded draw"},
