@@ -166,6 +166,10 @@ def test_a_killed_run_resumes_to_the_model_of_an_unbroken_run(lists, tmp_path, m
     curve = (tmp_path / "whole" / "curve.tsv").read_text().splitlines()
     assert [row.split("\t")[0] for row in curve[1:]] == ["0", "2", "4", "6", "8", "9"]
     assert "| train_heldout | dev |" in (tmp_path / "whole" / "rescore" / "RESULTS.md").read_text()
+    capsys.readouterr()
+    cli.main(run_args(lists, tmp_path / "resumed"))  # a finished run: nothing trained again, the test rescored
+    assert "stopped: budget after 9 updates" in capsys.readouterr().out
+    assert (tmp_path / "whole" / "curve.tsv").read_text() == (tmp_path / "resumed" / "curve.tsv").read_text()
 
 
 def test_a_resumed_run_with_other_settings_is_refused(lists, tmp_path, capsys):

@@ -260,7 +260,7 @@ class MwerRun:
                     state["position"] = 0
         if self.curve_updates() != state["updates"]:  # the budget ended between validations
             self.validate()
-        self.card.update(stopped=state["stopped"])
+        self.card.update(best=state["best"], updates=state["updates"], stopped=state["stopped"])
         return self.card
 
     def curve_updates(self) -> int:
