@@ -181,13 +181,12 @@ def hypothesis_grid(utterances: list[Utterance]) -> tuple[torch.Tensor, torch.Te
 class MwerRun:
     """One process of an MWER fine-tuning run: the model, its optimizer, the data, the loop state, the card."""
 
-    def __init__(self, settings: MwerSettings, scorer, train_sets: list[NbestSet], test_sets: list[NbestSet],
-                 progress: bool = True):
+    def __init__(self, settings: MwerSettings, scorer, train_sets: list[NbestSet], progress: bool = True):
         s = self.settings = settings
         self.scorer, self.model, self.progress = scorer, scorer.model, progress
         self.out_dir = Path(s.out_dir)
         self.device = torch.device(s.device)
-        self.train_sets, self.test_sets = train_sets, test_sets
+        self.train_sets = train_sets
         utterances = training_utterances(train_sets, scorer, s.am_weights, s.fixed)
         held = held_out_speakers(utterances, s.held_out, s.seed)
         self.heldout = [u for u in utterances if u.speaker in held]
@@ -201,9 +200,9 @@ class MwerRun:
         rest = [p for p in self.model.parameters() if p.dim() < 2]
         self.optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
                                             {"params": rest, "weight_decay": 0.0}], lr=s.lr)
-        self.card = self.new_card(s, utterances, held, per_epoch)
+        self.card = self.new_card(s, held, per_epoch)
 
-    def new_card(self, s: MwerSettings, utterances, held, per_epoch) -> dict:
+    def new_card(self, s: MwerSettings, held, per_epoch) -> dict:
         """The settings part of the model card (training.json); `validate` adds the progress."""
         start = model_dir.resolve(s.model) / model_dir.TRAINING_FILE
         card = {"kind": self.model.config.kind, "parameters": sum(p.numel() for p in self.model.parameters()),
@@ -454,7 +453,7 @@ def mwer_train(settings: MwerSettings, scorer, train_sets: list[NbestSet], test_
     out = Path(settings.out_dir)
     with new_directory(out), exclusive_dir_lock(out, COMMAND):
         finish_interrupted(out, COMMAND)
-        run = MwerRun(settings, scorer, train_sets, test_sets, progress)
+        run = MwerRun(settings, scorer, train_sets, progress)
         card = run.run()
         rescored = None
         if test_sets:
