@@ -104,7 +104,10 @@ def broken_slm_lm(root: Path, how: str) -> Path:
 
 
 def warnings_of(stderr: str) -> list:
-    return [line for line in stderr.splitlines() if "slm_lm" in line]
+    """slm_lm's lines in `stderr` (its messages start with `slm_lm:`); a traceback is never one of them. Other
+    lines may name slm_lm through a path (ESPnet echoes its command line, which holds where ESPnet lies)."""
+    assert "Traceback" not in stderr, stderr[-3000:]
+    return [line for line in stderr.splitlines() if line.startswith("slm_lm:")]
 
 
 @pytest.mark.parametrize("how, problem", [("missing", "ModuleNotFoundError: No module named 'slm_lm.espnet_lm.lm'"),
