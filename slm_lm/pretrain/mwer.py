@@ -12,8 +12,9 @@ P_ui = softmax_i(scale * total_ui) over the utterance's real hypotheses, ``scale
 
     mwer_u = sum_i P_ui * (errors_ui - mean_i errors_ui),
 
-which has the gradient of the expected errors and a lower variance. Training may mix in the LM's own
-loss on the references (:func:`mixed_loss`), so that the model stays a language model.
+whose gradient is that of the expected errors (the posterior sums to 1): the mean only centres the value.
+Training may mix in the LM's own loss on the references (:func:`mixed_loss`), so that the model stays a language
+model.
 """
 import torch
 
