@@ -8,7 +8,9 @@ padded-token budget, as ESPnet's `numel` batches; bf16/fp16 autocast with the lo
 
 - `corpus`: the encoded corpus (`NAME.ids.xz`) and its length-bucketed batches;
 - `schedule`: the budget (minutes of a clock, or updates) and the learning rate along it;
-- `trainer`: `PretrainSettings`, the training loop `pretrain`, validation, checkpoint, card and export.
+- `trainer`: `PretrainSettings`, the training loop `pretrain`, validation, checkpoint, card and export;
+- `mwer`, `mwer_trainer`: discriminative fine-tuning on N-best lists (`slm-mwer-train`), the minimum word
+  error rate loss and its training loop.
 """
 from slm_lm.pretrain.corpus import batches, collate, encode_corpus, load_corpus
 from slm_lm.pretrain.schedule import Budget, learning_rate
