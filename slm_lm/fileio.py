@@ -137,6 +137,7 @@ def exclusive_dir_lock(directory, command: str):
 
 
 MAX_SMALL_FILE = 64 * 2**20  # bytes: a config, token list or tokenizer model is far smaller
+MAX_TEXT_FILE = 2**30  # bytes: a Kaldi table, N-best or transcript file read whole
 
 
 def read_small_file(path, what: str, ceiling: int = MAX_SMALL_FILE) -> bytes:
@@ -171,18 +172,36 @@ def decode_utf8(path, data: bytes) -> str:
         raise InputError(f"{path}:{line}: not UTF-8 text ({e.reason} at byte {column} of the line)") from None
 
 
-def read_text_lines(path) -> Iterator[tuple[int, str]]:
-    """(line number, line without newline) of a UTF-8 text file (gzip if named *.gz; `-`: standard input);
-    errors -> InputError naming the line."""
-    path = Path(path) if path != "-" else path
+MAX_LINE = 16 * 2**20  # bytes: a line of text (a sentence, an N-best line, a book's paragraph) is far shorter
+
+
+def _open_regular(path):
+    """A binary handle on `path`, which must be a regular file: a FIFO is opened without blocking and a
+    device, FIFO or socket refused (they would block or never end) -> InputError."""
     try:
-        handle = (sys.stdin.buffer if path == "-" else gzip.open(path, "rb") if path.suffix == ".gz"
-                  else open(path, "rb"))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
-        raise InputError(f"{path}: cannot open: {e.strerror or e}") from None
+        raise InputError(f"{path}: cannot open: {os_problem(e, path)}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise InputError(f"{path}: is a directory, not a file" if stat.S_ISDIR(mode) else
+                         f"{path}: not a regular file (a FIFO, device or socket, which may block or never end); "
+                         "give a file")
+    return os.fdopen(fd, "rb")
+
+
+def read_text_lines(path) -> Iterator[tuple[int, str]]:
+    """(line number, line without newline) of a UTF-8 text file (a regular file, gzip if named *.gz; `-`:
+    standard input); errors -> InputError naming the line, a line over MAX_LINE bytes among them."""
+    path = Path(path) if path != "-" else path
+    raw_handle = sys.stdin.buffer if path == "-" else _open_regular(path)
+    handle = gzip.GzipFile(fileobj=raw_handle, mode="rb") if path != "-" and path.suffix == ".gz" else raw_handle
     number = 0
     try:
-        for number, raw in enumerate(handle, 1):
+        for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE + 1), b""), 1):
+            if len(raw) > MAX_LINE:
+                raise InputError(f"{path}:{number}: a line of over {MAX_LINE:,} bytes; not a text file?")
             try:
                 line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as e:
@@ -193,8 +212,9 @@ def read_text_lines(path) -> Iterator[tuple[int, str]]:
         raise InputError(f"{path}:{number + 1}: cannot read: "
                          f"{os_problem(e, path) if isinstance(e, OSError) else e}") from None
     finally:
-        if handle is not sys.stdin.buffer:
+        if raw_handle is not sys.stdin.buffer:
             handle.close()
+            raw_handle.close()
 
 
 def why_not(path, what: str) -> str:

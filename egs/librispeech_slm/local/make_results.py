@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from slm_lm.errors import InputError, fail
-from slm_lm.fileio import write_atomic
+from slm_lm.fileio import read_json, write_atomic
 from slm_lm.outputs import check_no_overlap, check_output_file
 from slm_lm.nbest import read_espnet_nbest
 from slm_lm.scored_set import am_score, parse_am_weights
@@ -84,8 +84,8 @@ def read_tuning(rdir):
     if not path.is_file():
         raise InputError(f"{path}: missing; --rescored wants a slm-rescore output directory")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))["best"]
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        return read_json(path)["best"]
+    except (KeyError, TypeError) as e:
         raise InputError(f"{path}: not a tuning.json of slm-rescore ({type(e).__name__}: {e})") from None
 
 
