@@ -78,7 +78,8 @@ def _train(text: Path, out_dir: Path, vocab_size: int, input_sentence_size: int,
             spm.SentencePieceTrainer.train(
                 input=str(text), model_prefix=str(prefix), vocab_size=vocab_size, model_type=model_type,
                 character_coverage=1.0, input_sentence_size=input_sentence_size,
-                shuffle_input_sentence=True, num_threads=num_threads, minloglevel=1,
+                shuffle_input_sentence=True, num_threads=num_threads,
+                minloglevel=2,  # no WARNING lines before the error: a failure raises, and is reported in one line
                 unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
             )
         except RuntimeError as e:

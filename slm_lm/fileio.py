@@ -6,8 +6,10 @@ import codecs
 import errno
 import fcntl
 import json
+import glob
 import gzip
 import os
+import re
 import socket
 import stat
 import sys
@@ -46,14 +48,41 @@ def new_directory(path):
         raise
 
 
+def _remove_stale_temporaries(path: Path) -> None:
+    """Delete the temporary files of `path` (`.NAME.XXXXXXXX.tmp`) that a killed writer left: a live writer
+    holds a lock on its own (`atomic_open`), which ends with its process."""
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        if not _TEMPORARY.fullmatch(stale.name[len(path.name) + 1:]):
+            continue
+        try:
+            fd = os.open(stale, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # else its writer is alive: OSError, left alone
+                os.unlink(stale)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+_TEMPORARY = re.compile(r"\.[a-z0-9_]{8}\.tmp")  # what tempfile.mkstemp adds to the prefix `.NAME`
+
+
 @contextmanager
 def atomic_open(path, mode: str = "w"):
     """Open a temporary file for writing (text mode is UTF-8); on success it replaces `path`. A write refused
-    for room (a full disk, a quota, a size limit) raises an OSError naming `path`."""
+    for room (a full disk, a quota, a size limit) raises an OSError naming `path`. The temporary file is
+    locked while it is written, so that a later writer of `path` deletes those of killed runs."""
     path = Path(path)
     with new_directory(path.parent):
+        _remove_stale_temporaries(path)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        held = os.dup(fd)  # holds the lock until the file is in place
         try:
+            fcntl.flock(held, fcntl.LOCK_EX)
             with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
                 yield handle
             os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the usual permissions
@@ -64,6 +93,8 @@ def atomic_open(path, mode: str = "w"):
             if isinstance(err, OSError) and err.filename is None and err.errno in _NO_ROOM:
                 raise OSError(err.errno, err.strerror, str(path)) from None
             raise
+        finally:
+            os.close(held)
 
 
 def write_atomic(path, data) -> None:
