@@ -99,11 +99,11 @@ def fetch(mirror, resource, name, part, progress=True, resume=True):
     return total
 
 
-def get_verified(mirror, resource, name, dest, md5sums, required, progress=True):
+def get_verified(mirror, resource, name, dest, md5sums, required, progress=True) -> bool:
     """`dest`, checked: a file already there against its MD5 (a copy that differs is refused, never moved nor
     replaced); else fetched into `dest.part` and renamed to `dest` once its MD5 (or, when no MD5 is known, the
     size announced) is right. A `.part` is resumed only when an MD5 can check the result; a resumed one that
-    is wrong is fetched again from the start."""
+    is wrong is fetched again from the start. True when this call made `dest` (it was not there)."""
     expected = md5sums.get(name)
     listed = f"{mirror}/{resource}/md5sum.txt"
     if expected is None and required:
@@ -112,7 +112,7 @@ def get_verified(mirror, resource, name, dest, md5sums, required, progress=True)
         if expected is not None and (got := md5_of(dest, progress)) != expected:
             raise InputError(f"{dest}: is there and its MD5 {got} differs from {expected} in {listed}; it is "
                              "not replaced: move it away to download it anew")
-        return
+        return False
     part = dest.with_name(dest.name + ".part")
     for resume in ([True, False] if expected is not None and part.exists() else [False]):
         total = fetch(mirror, resource, name, part, progress, resume)
@@ -124,6 +124,6 @@ def get_verified(mirror, resource, name, dest, md5sums, required, progress=True)
             problem = None if not total or size == total else f"{size} bytes, the source announced {total}"
         if problem is None:
             os.replace(part, dest)
-            return
+            return True
     part.unlink()
     raise InputError(f"{mirror}/{resource}/{name}: downloaded, {problem}; the download was deleted")
