@@ -82,8 +82,9 @@ def _train(text: Path, out_dir: Path, vocab_size: int, input_sentence_size: int,
                 minloglevel=2,  # no WARNING lines before the error: a failure raises, and is reported in one line
                 unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
             )
-        except RuntimeError as e:
-            raise InputError(f"{text}: sentencepiece training failed: {e}") from None
+        except RuntimeError as e:  # "Internal: src/trainer_interface.cc(662) [CHECK] Vocabulary size too high ..."
+            reason = re.sub(r"^.*\) \[.*?\] ", "", " ".join(str(e).split()))
+            raise InputError(f"{text}: sentencepiece training failed: {reason}") from None
         try:
             sp = spm.SentencePieceProcessor(model_file=str(prefix) + ".model")
         except RuntimeError:  # sentencepiece does not report a failed write (a full disk): the file is cut short

@@ -220,7 +220,8 @@ def test_a_multi_line_parser_message_is_one_line(tmp_path):
     (tmp_path / "in.txt").write_text(TEXT)
     before = snapshot(tmp_path)
     result = cli("score", "--model", exp, "--input", tmp_path / "in.txt")
-    expect_error(result, "slm-score", f"{exp / 'config.yaml'}: cannot read the ESPnet config", "line 1, column 5")
+    expect_error(result, "slm-score", f"{exp / 'config.yaml'}:1: could not determine a constructor for the tag",
+                 "(cannot read the ESPnet config)")
     assert snapshot(tmp_path) == before
 
 
@@ -1255,7 +1256,7 @@ def am_scores(exp, tmp_path, case):
     elif case == "config_not_yaml":
         config = tmp_path / "config.yaml"
         config.write_text("encoder: [transformer\n")
-        needles = [f"{config}: cannot read the ESPnet config"]
+        needles = [f"{config}:2: expected ',' or ']', but got '<stream end>' (cannot read the ESPnet config)"]
     elif case == "config_of_another_model":
         import yaml
 
@@ -1294,7 +1295,9 @@ def test_am_scores_bad_input_is_one_line(asr_experiment, tmp_path, case):
 def test_am_scores_of_a_good_experiment_are_written(asr_experiment, tmp_path):
     argv, _ = am_scores(asr_experiment, tmp_path, "none")
     result = cli("am_scores", *argv)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0 and result.stdout == "", result.stdout + result.stderr
+    assert all(line.startswith("slm-am-scores ") for line in result.stderr.replace("\r", "\n").split("\n")
+               if line.strip()), result.stderr  # its progress bar only (no FutureWarning of ESPnet's code)
     scores = (tmp_path / "decode" / "1best_recog" / "scores").read_text().splitlines()
     rows = [json.loads(line.split(" ", 1)[1]) for line in scores]
     assert [sorted(r) for r in rows] == [["ctc", "decoder", "length_bonus"]] * 2 and rows[0]["length_bonus"] == 4

@@ -8,6 +8,7 @@ decoder's log-probability of the tokens and the end of sentence, the CTC log-lik
 and CTC as one batch over a single encoding of the utterance.
 """
 import argparse
+import warnings
 
 import numpy as np
 import torch
@@ -49,6 +50,11 @@ class AmScorer:
         utterance's waveform; a model without a decoder or without CTC lacks that key."""
         if not hypotheses:
             return []
+        with warnings.catch_warnings():  # torch's deprecation of the autocast in ESPnet's own encode
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"espnet2\.")
+            return self._scores(speech, hypotheses)
+
+    def _scores(self, speech: np.ndarray, hypotheses: list[list[int]]) -> list[dict[str, float]]:
         model = self.model
         speech = torch.as_tensor(speech, dtype=torch.float32, device=self.device)[None]
         encoded, encoded_lengths = model.encode(speech, torch.tensor([speech.shape[1]], device=self.device))
