@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import slm_lm
-from slm_lm.config import LMConfig
+from slm_lm.model.config import LMConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SLM_BOOKS = Path(slm_lm.__file__).resolve().parent / "pretrained" / "slm-books"
@@ -231,8 +231,8 @@ def test_a_multi_line_parser_message_is_one_line(tmp_path):
 def tiny_model(tmp_path_factory):
     """A saved tiny SLM (d_model 64, 4 heads, random weights) with its own 40-token tokenizer."""
     from slm_lm import build_lm
-    from slm_lm.bpe import train_bpe
-    from slm_lm.scorer import Scorer
+    from slm_lm.model.bpe import train_bpe
+    from slm_lm.scoring.scorer import Scorer
 
     d = tmp_path_factory.mktemp("tiny")
     (d / "text.txt").write_text(TEXT * 30)
@@ -275,7 +275,7 @@ def test_a_shared_cache_does_not_give_an_edited_copy_the_originals_scores(tiny_m
     scores = [dict(json.loads(line) for line in f.read_text().splitlines()[1:]) for f in files]
     assert scores[0].keys() == scores[1].keys()
     assert max(abs(scores[0][t] - scores[1][t]) for t in scores[0]) > 1e-3, scores
-    from slm_lm.scorer import load_scorer
+    from slm_lm.scoring.scorer import load_scorer
 
     for spec in (tiny_model, copy):  # each model's cache holds its own scores
         scorer = load_scorer(str(spec))
@@ -400,7 +400,7 @@ PRETRAIN_TINY = ["--n-layers", "1", "--d-model", "32", "--n-heads", "2", "--d-ff
 @pytest.fixture(scope="module")
 def pretrain_data(tmp_path_factory):
     """DATA (a 40-piece tokenizer, train and valid corpora with their records) and a finished 2-update SLM run."""
-    from slm_lm.bpe import train_bpe
+    from slm_lm.model.bpe import train_bpe
     from slm_lm.pretrain import encode_corpus
 
     d = tmp_path_factory.mktemp("pretrain")
@@ -501,7 +501,7 @@ def test_pretrain_encode_refuses_an_empty_or_missing_text(tmp_path, pretrain_dat
 def test_pretrain_refuses_a_corpus_of_another_tokenizer(tmp_path, pretrain_data, record):
     """With its record (NAME.ids.json), a corpus of another tokenizer of the same size is refused by digest;
     without (an older corpus), one of a bigger vocabulary is refused by its token ids."""
-    from slm_lm.bpe import train_bpe
+    from slm_lm.model.bpe import train_bpe
     from slm_lm.pretrain import encode_corpus
 
     data, _ = pretrain_data
@@ -648,7 +648,7 @@ def test_rescore_out_that_is_a_file_or_under_one(tmp_path, where, needle):
 
 
 def test_a_second_rescore_run_into_the_same_out_is_refused_at_once(tmp_path):
-    from slm_lm.fileio import exclusive_dir_lock
+    from slm_lm.common.fileio import exclusive_dir_lock
 
     tsv, ref = nbest_tsv(tmp_path / "in")
     out = tmp_path / "out"
@@ -922,7 +922,7 @@ def test_an_output_that_cannot_be_written_says_whether_the_file_system_is_read_o
                                                                                       read_only):
     """Root ignores permission bits, so the refusal is staged: `os.access` says no, and statvfs says whether the
     file system is mounted read-only (found by hand on a read-only tmpfs: it was "permission denied")."""
-    from slm_lm import outputs
+    from slm_lm.common import outputs
 
     from types import SimpleNamespace
 
@@ -936,7 +936,7 @@ def test_an_output_that_cannot_be_written_says_whether_the_file_system_is_read_o
     reason = "a read-only file system" if read_only else "permission denied"
     for check in (lambda: outputs.check_output_file("--out", tmp_path / "x.tsv"),
                   lambda: outputs.check_output_dir("--out", tmp_path / "d", (), (), "slm-test")):
-        with pytest.raises(slm_lm.errors.InputError, match=f"cannot write in {tmp_path} \\({reason}\\)"):
+        with pytest.raises(slm_lm.common.errors.InputError, match=f"cannot write in {tmp_path} \\({reason}\\)"):
             check()
 
 
@@ -1165,7 +1165,7 @@ def test_slm_data_refuses_a_fifo_in_the_data_directory(tmp_path):
 
 @pytest.mark.parametrize("what", ["fifo", "dev_zero"])
 def test_a_fifo_or_device_as_a_text_input_is_refused_at_once(tmp_path, what):
-    """Every reader of text (`slm_lm.fileio.read_text_lines`, the Kaldi tables, N-best and BLiMP files)."""
+    """Every reader of text (`slm_lm.common.fileio.read_text_lines`, the Kaldi tables, N-best and BLiMP files)."""
     bad = fifo(tmp_path / "fifo") if what == "fifo" else Path("/dev/zero")
     (tmp_path / "ref").write_text("u1 A B\n")
     (tmp_path / "blimp").mkdir()
@@ -1396,7 +1396,7 @@ def test_a_closed_standard_output_ends_slm_score_quietly_as_cat(tmp_path):
 
 
 def test_a_broken_pipe_that_is_not_standard_output_is_still_an_error(capsys):
-    from slm_lm.errors import fail
+    from slm_lm.common.errors import fail
 
     with pytest.raises(SystemExit) as info:
         fail("slm-score", BrokenPipeError(32, "Broken pipe", "/x/fifo"))
@@ -1404,12 +1404,12 @@ def test_a_broken_pipe_that_is_not_standard_output_is_still_an_error(capsys):
 
 
 def test_temporary_files_of_a_killed_writer_are_removed_by_the_next_one(tmp_path):
-    """A killed `slm-data get` (or `slm-am-scores`, or any writer through slm_lm.fileio) left `.NAME.XXXX.tmp`
+    """A killed `slm-data get` (or `slm-am-scores`, or any writer through slm_lm.common.fileio) left `.NAME.XXXX.tmp`
     files that later runs never removed: the next writer of NAME removes those no live writer holds."""
-    from slm_lm.fileio import atomic_open, write_atomic
+    from slm_lm.common.fileio import atomic_open, write_atomic
 
     target = tmp_path / "scores"
-    killed = run(sys.executable, "-c", "import os, signal\nfrom slm_lm.fileio import atomic_open\n"
+    killed = run(sys.executable, "-c", "import os, signal\nfrom slm_lm.common.fileio import atomic_open\n"
                  f"with atomic_open({str(target)!r}) as f:\n    f.write('half')\n    f.flush()\n"
                  "    os.kill(os.getpid(), signal.SIGKILL)\n")
     assert killed.returncode == -9
@@ -1430,7 +1430,7 @@ def test_slm_data_removes_what_a_killed_run_left(tmp_path):
 
     dest = tmp_path / "d" / "blimp"
     dest.mkdir(parents=True)
-    killed = run(sys.executable, "-c", "import os, signal\nfrom slm_lm.fileio import atomic_open\n"
+    killed = run(sys.executable, "-c", "import os, signal\nfrom slm_lm.common.fileio import atomic_open\n"
                  f"with atomic_open({str(dest / 'adjunct_island.jsonl')!r}) as f:\n    f.write('{{half')\n"
                  "    f.flush()\n    os.kill(os.getpid(), signal.SIGKILL)\n")
     assert killed.returncode == -9 and len(list(dest.glob(".adjunct_island.jsonl.*.tmp"))) == 1
@@ -1459,7 +1459,7 @@ def test_a_file_and_line_are_written_file_colon_line(tmp_path, case):
 def test_pretrain_names_the_file_and_the_reason_of_an_empty_checkpoint_or_odd_ids(tmp_path):
     import lzma
 
-    from slm_lm.tokenizer import Tokenizer
+    from slm_lm.model.tokenizer import Tokenizer
 
     data = tmp_path / "data"
     data.mkdir()

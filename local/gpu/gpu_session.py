@@ -46,15 +46,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from slm_lm import datasets
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import why_not, write_atomic
-from slm_lm.nbest import load_nbest
-from slm_lm.options import Parser, number
-from slm_lm.outputs import check_no_overlap, check_output_dir, finish_interrupted, staged_outputs
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import why_not, write_atomic
+from slm_lm.common.options import Parser, number
+from slm_lm.common.outputs import check_no_overlap, check_output_dir, finish_interrupted, staged_outputs
+from slm_lm.data import datasets
+from slm_lm.model.tokenizer import Tokenizer
 from slm_lm.pretrain.corpus import load_corpus, read_ids, write_corpus
-from slm_lm.scorer import Scorer
-from slm_lm.tokenizer import Tokenizer
+from slm_lm.rescoring.nbest import load_nbest
+from slm_lm.scoring.scorer import Scorer
 
 ROOT = Path(__file__).resolve().parents[2]
 PROG = "gpu_session"
@@ -236,7 +236,7 @@ def prepare(args) -> None:
 
 def dev_texts(dev_sets: list) -> list:
     """The unique texts of the sets' 10-best lists, normalised as slm-rescore's LM sees them, sorted."""
-    from slm_lm.rescore_inputs import normalized_sets  # needs jiwer: on CPU (prepare) only, not on the GPU machine
+    from slm_lm.rescoring.inputs import normalized_sets  # needs jiwer: on CPU (prepare) only, not on the GPU machine
 
     sets = normalized_sets([load_nbest(d, nbest=10) for d in dev_sets])
     return sorted({text for s in sets for text in s.unique_texts()})

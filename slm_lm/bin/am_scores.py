@@ -14,14 +14,14 @@ import json
 import sys
 from pathlib import Path
 
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import read_text_lines, why_not, write_atomic
-from slm_lm.model_dir import read_espnet_config
-from slm_lm.nbest import espnet_hypothesis_dirs
-from slm_lm.options import Parser
-from slm_lm.precision import device_option
-from slm_lm.progress import progress_bar
-from slm_lm.transcripts import read_keyed, require_file
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import read_text_lines, why_not, write_atomic
+from slm_lm.common.options import Parser
+from slm_lm.common.progress import progress_bar
+from slm_lm.model.directory import read_espnet_config
+from slm_lm.model.precision import device_option
+from slm_lm.rescoring.nbest import espnet_hypothesis_dirs
+from slm_lm.rescoring.transcripts import read_keyed, require_file
 
 PROG = "slm-am-scores"
 

@@ -15,8 +15,8 @@ import torch
 from espnet2.tasks.asr import ASRTask
 from torch.nn.utils.rnn import pad_sequence
 
-from slm_lm.errors import InputError
-from slm_lm.model_dir import load_torch
+from slm_lm.common.errors import InputError
+from slm_lm.model.directory import load_torch
 
 # what ESPnet's model builders raise for a config they cannot build
 _BUILD_ERRORS = (AssertionError, AttributeError, KeyError, RuntimeError, TypeError, ValueError)

@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from slm_lm.errors import InputError, os_problem
-from slm_lm.fileio import MAX_TEXT_FILE, atomic_open, read_small_file, read_text_lines
-from slm_lm.progress import progress_bar
-from slm_lm.tokenizer import Tokenizer
+from slm_lm.common.errors import InputError, os_problem
+from slm_lm.common.fileio import MAX_TEXT_FILE, atomic_open, read_small_file, read_text_lines
+from slm_lm.common.progress import progress_bar
+from slm_lm.model.tokenizer import Tokenizer
 
 
 def record_path(corpus) -> Path:

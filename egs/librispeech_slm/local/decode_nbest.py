@@ -28,11 +28,11 @@ from pathlib import Path
 
 import yaml
 
-from slm_lm.errors import InputError, fail, yaml_problem
-from slm_lm.fileio import decode_utf8, read_small_file, read_text_lines, write_atomic
-from slm_lm.options import Parser, number
-from slm_lm.progress import progress_bar
-from slm_lm.transcripts import read_table
+from slm_lm.common.errors import InputError, fail, yaml_problem
+from slm_lm.common.fileio import decode_utf8, read_small_file, read_text_lines, write_atomic
+from slm_lm.common.options import Parser, number
+from slm_lm.common.progress import progress_bar
+from slm_lm.rescoring.transcripts import read_table
 
 LAYOUT = ("text", "token", "token_int", "score", "scores")
 
