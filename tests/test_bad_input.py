@@ -1186,13 +1186,18 @@ def test_a_fifo_or_device_as_a_text_input_is_refused_at_once(tmp_path, what):
 
 
 def test_an_earlier_runs_record_that_is_a_fifo_is_not_read(tmp_path):
-    """slm-subset-nbest read DST/subset.json (and slm-lm-combination OUT/combination.md) to tell an earlier
-    run's: a FIFO there blocked it; now it is not the command's, and refused."""
+    """slm-subset-nbest read DST/subset.json (slm-rescore OUT/tuning.json, slm-lm-combination OUT/combination.md)
+    to tell an earlier run's: a FIFO there blocked it; now it is not the command's, and refused."""
     src = nbest_set(tmp_path / "src")
     (tmp_path / "dst").mkdir()
     fifo(tmp_path / "dst" / "subset.json")
     expect_error(cli("subset_nbest", src, tmp_path / "dst", "--every", "1"), "slm-subset-nbest",
                  f"{tmp_path / 'dst' / 'subset.json'}: not written by slm-subset-nbest")
+    (tmp_path / "out").mkdir()
+    fifo(tmp_path / "out" / "tuning.json")  # slm-rescore's record of an earlier run
+    tsv, ref = nbest_tsv(tmp_path / "in")
+    expect_error(cli("rescore", *rescore_argv(tsv, ref, tmp_path / "out")), "slm-rescore",
+                 f"{tmp_path / 'out' / 'tuning.json'}: not a tuning.json of slm-rescore")
 
 
 # 4. slm-am-scores around ESPnet and soundfile: one line, before the model runs where it can be
