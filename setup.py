@@ -9,7 +9,19 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 PTH = "slm_lm_espnet_hook.pth"
-PTH_LINE = "import slm_lm_espnet_hook; slm_lm_espnet_hook.install()\n"  # site runs a .pth line that starts with import
+# site runs a .pth line that starts with `import`, and prints a traceback if it fails: the hook's own failure (a
+# broken slm_lm_espnet_hook.py earlier on the path) is one warning line instead, as the registration's is.
+_HOOK = """if os.environ.get("SLM_LM_NO_ESPNET_HOOK", "0") in ("", "0") and "slm_lm_espnet_hook" not in sys.modules:
+    try:
+        import slm_lm_espnet_hook
+        slm_lm_espnet_hook.install()
+    except Exception as error:
+        sys.modules["slm_lm_espnet_hook"] = None  # tried once: site reads this file twice where lib64 is lib
+        problem = " ".join(f"{type(error).__name__}: {error}".split())
+        print(f"slm_lm: warning: ESPnet runs without the slm_lm LM kinds ({problem}); "
+              "SLM_LM_NO_ESPNET_HOOK=1 turns this registration off", file=sys.stderr)
+"""
+PTH_LINE = f"import os, sys; exec({_HOOK!r})\n"
 
 
 class BuildPyWithPth(build_py):

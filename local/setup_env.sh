@@ -8,7 +8,7 @@ python=${PYTHON:-python3}
 # torch and torchaudio must match (espnet imports torchaudio); espnet 202511 needs setuptools<74.
 pins=("setuptools<74" "wheel" "torch==2.11.0" "torchaudio==2.11.0" "espnet==202511")
 stamp="$venv/.slm_lm_env"
-want=$(cat "$root/setup.cfg" "$0" | sha1sum | cut -d' ' -f1)
+want=$(cat "$root/setup.cfg" "$root/setup.py" "$0" | sha1sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi

@@ -220,7 +220,8 @@ def test_a_multi_line_parser_message_is_one_line(tmp_path):
     (tmp_path / "in.txt").write_text(TEXT)
     before = snapshot(tmp_path)
     result = cli("score", "--model", exp, "--input", tmp_path / "in.txt")
-    expect_error(result, "slm-score", f"{exp / 'config.yaml'}: cannot read the ESPnet config", "line 1, column 5")
+    expect_error(result, "slm-score", f"{exp / 'config.yaml'}:1: could not determine a constructor for the tag",
+                 "(cannot read the ESPnet config)")
     assert snapshot(tmp_path) == before
 
 
@@ -1007,3 +1008,499 @@ def test_espnet_tools_print_no_nltk_download_errors(tmp_path):
     result = cli("lm_calc_perplexity", "--train_config", tmp_path / "none.yaml", "--model_file", tmp_path / "m.pth",
                  "--data_path_and_name_and_type", f"{tmp_path / 'text'},text,text", "--output_dir", tmp_path / "ppl")
     expect_error(result, "slm_lm.bin.lm_calc_perplexity", f"{tmp_path / 'none.yaml'}: cannot read the ESPnet config")
+
+
+# Fourth round: the newest commands (data, AM scores, MT, zero-shot, the GPU script) keep the same promises
+
+GPU_SESSION = ROOT / "local" / "gpu" / "gpu_session.py"
+
+
+def lm_mirror(tmp_path, md5=True):
+    """A mirror holding librispeech_lm/librispeech-lm-norm.txt.gz (and its md5sum.txt); its bytes."""
+    import gzip
+    import hashlib
+
+    src = tmp_path / "mirror" / "librispeech_lm"
+    src.mkdir(parents=True)
+    corpus = gzip.compress(b"".join(b"SENTENCE NUMBER %d\n" % i for i in range(2000)))
+    (src / "librispeech-lm-norm.txt.gz").write_bytes(corpus)
+    if md5:
+        (src / "md5sum.txt").write_text(f"{hashlib.md5(corpus).hexdigest()}  librispeech-lm-norm.txt.gz\n")
+    return corpus
+
+
+def data_get(tmp_path, *names):
+    return cli("data", "get", *(names or ["librispeech-lm"]), "--dir", tmp_path / "d", "--mirror", tmp_path / "mirror",
+               "--no-progress")
+
+
+# 1. A user's file is never moved, renamed or replaced
+
+def test_slm_data_refuses_a_users_copy_of_the_lm_corpus_and_leaves_it_where_it_is(tmp_path):
+    """The user's own copy, whose MD5 differs from the list, was renamed to `.gz.bad`."""
+    lm_mirror(tmp_path)
+    mine = tmp_path / "d" / "librispeech_lm" / "librispeech-lm-norm.txt.gz"
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(b"my own corpus")
+    before = snapshot(tmp_path / "d")
+    expect_error(data_get(tmp_path), "slm-data", f"{mine}: is there and its MD5", "it is not replaced: move it away")
+    assert snapshot(tmp_path / "d") == before
+
+
+def test_download_librispeech_refuses_a_users_archive_and_leaves_it_where_it_is(tmp_path):
+    """The recipe's download stage (the same checksum code): an archive of the user's in archives/."""
+    import hashlib
+
+    mirror = tmp_path / "mirror" / "12"
+    mirror.mkdir(parents=True)
+    (mirror / "dev-clean.tar.gz").write_bytes(b"the mirror's archive")
+    (mirror / "md5sum.txt").write_text(f"{hashlib.md5(b'the mirror archive').hexdigest()}  dev-clean.tar.gz\n")
+    mine = tmp_path / "d" / "archives" / "dev-clean.tar.gz"
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(b"my own archive")
+    before = snapshot(tmp_path / "d")
+    result = run(sys.executable, RECIPE_LOCAL / "download_librispeech.py", "--dir", tmp_path / "d", "--mirror",
+                 tmp_path / "mirror", "--parts", "dev-clean", cwd=RECIPE_LOCAL, text=False)
+    assert result.returncode == 2 and b"Traceback" not in result.stderr, result.stderr
+    last = result.stderr.decode().split("\r")[-1].strip()  # after the MD5's progress bar, erased
+    assert last.startswith(f"download_librispeech.py: error: {mine}: is there and its MD5") and "not replaced" in last
+    assert snapshot(tmp_path / "d") == before
+
+
+# 2. Silently wrong results
+
+@pytest.mark.parametrize("md5", [False, True])
+def test_slm_data_never_keeps_a_garbled_part_file(tmp_path, md5):
+    """A `.part` of garbage: without md5sum.txt (size checked only) it was resumed and the corrupt corpus
+    stored, exit 0; with one, the whole download was refused. Now a `.part` is resumed only when an MD5 checks
+    the result, and a resumed one that is wrong is fetched again from the start."""
+    corpus = lm_mirror(tmp_path, md5=md5)
+    dest = tmp_path / "d" / "librispeech_lm" / "librispeech-lm-norm.txt.gz"
+    dest.parent.mkdir(parents=True)
+    (dest.parent / (dest.name + ".part")).write_bytes(b"\0garbage" * 100)
+    result = data_get(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert dest.read_bytes() == corpus
+    assert sorted(p.name for p in dest.parent.iterdir()) == [dest.name]
+
+
+def test_slm_data_deletes_only_its_own_download_when_its_md5_is_wrong(tmp_path):
+    lm_mirror(tmp_path)
+    (tmp_path / "mirror" / "librispeech_lm" / "md5sum.txt").write_text(f"{'0' * 32}  librispeech-lm-norm.txt.gz\n")
+    expect_error(data_get(tmp_path), "slm-data", "librispeech-lm-norm.txt.gz: downloaded, MD5",
+                 "differs from 00000000000000000000000000000000")
+    assert sorted(p.name for p in (tmp_path / "d" / "librispeech_lm").iterdir()) == []
+
+
+def nbest_set(root, texts=("A B", "C D", "E F")):
+    """An N-best set in slm-data's layout: 2 ranks of 3 utterances, references."""
+    for k in (1, 2):
+        d = root / "raw_hypotheses" / f"{k}best_recog"
+        d.mkdir(parents=True)
+        (d / "text").write_text("".join(f"u{i} {t}\n" for i, t in enumerate(texts)))
+        (d / "score").write_text("".join(f"u{i} -{k}.0\n" for i in range(len(texts))))
+    (root / "references").mkdir()
+    (root / "references" / "ref_wer.trn").write_text("".join(f"{t}\t(s-u{i})\n" for i, t in enumerate(texts)))
+    return root
+
+
+@pytest.mark.parametrize("case", ["blank_hypothesis", "blank_score", "bad_trn_line"])
+def test_subset_nbest_refuses_a_set_it_would_cut_silently(tmp_path, case):
+    """A blank line in place of a hypothesis (or of its score), or a reference line that is not a trn line:
+    the subset was written without that hypothesis (reference), exit 0."""
+    src = nbest_set(tmp_path / "src")
+    path = src / ("references/ref_wer.trn" if case == "bad_trn_line" else
+                  f"raw_hypotheses/2best_recog/{'text' if case == 'blank_hypothesis' else 'score'}")
+    lines = path.read_text().splitlines()
+    lines[1] = "C D without an id" if case == "bad_trn_line" else ""
+    path.write_text("\n".join(lines) + "\n")
+    before = snapshot(tmp_path)
+    result = cli("subset_nbest", src, tmp_path / "dst", "--every", "1")
+    line = expect_error(result, "slm-subset-nbest", str(src))
+    assert (f"{path}:2" in line) if case == "bad_trn_line" else "has no line in" in line, line
+    assert snapshot(tmp_path) == before and not (tmp_path / "dst").exists()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["prepare", "--travel-mib", "nan"], "argument --travel-mib: nan: must be a finite number"),
+    (["prepare", "--spare-mib", "-1"], "argument --spare-mib: -1: must be 0 or more"),
+    (["run", "--batch-tokens", "-5"], "argument --batch-tokens: -5: must be 1 or more"),
+    (["run", "--minutes", "nan"], "argument --minutes: nan: must be a finite number"),
+    (["run", "--train-minutes", "0"], "argument --train-minutes: 0: must be more than 0"),
+    (["run", "--warmup", "2"], "argument --warmup: 2: must be 0 or more and at most 1"),
+    (["run", "--part-mib", "100"], "argument --part-mib: 100: must be more than 0 and at most 16"),
+    (["score-snapshots", "--max-tokens", "0"], "argument --max-tokens: 0: must be 1 or more"),
+])
+def test_gpu_session_refuses_an_option_it_cannot_use(tmp_path, argv, needle):
+    """`--travel-mib nan` copied the whole corpus, `--batch-tokens -5` was accepted, `--minutes nan` exited 1
+    with nothing on stderr: a GPU window lost to a bad option."""
+    required = {"prepare": ["--corpus", tmp_path / "c", "--data", tmp_path / "d"],
+                "run": ["--data", tmp_path / "d", "--out", tmp_path / "o", "--dry-run"],
+                "score-snapshots": ["--data", tmp_path / "d", "--run-dir", tmp_path / "r"]}[argv[0]]
+    expect_error(run(sys.executable, GPU_SESSION, argv[0], *required, *argv[1:]), "gpu_session", needle)
+    assert sorted(tmp_path.iterdir()) == []
+
+
+# 3. FIFOs and devices: refused at once (they blocked, or were read until memory ran out)
+
+def fifo(path):
+    os.mkfifo(path)
+    return path
+
+
+def test_slm_data_refuses_a_fifo_as_the_mirrors_md5sum(tmp_path):
+    lm_mirror(tmp_path, md5=False)
+    md5sum = fifo(tmp_path / "mirror" / "librispeech_lm" / "md5sum.txt")
+    expect_error(data_get(tmp_path), "slm-data", f"{md5sum}: not a regular file (a FIFO, device or socket)")
+
+
+def test_slm_data_refuses_a_fifo_in_the_data_directory(tmp_path):
+    (tmp_path / "mirror" / "blimp").mkdir(parents=True)
+    dest = tmp_path / "d" / "blimp" / "adjunct_island.jsonl"
+    dest.parent.mkdir(parents=True)
+    fifo(dest)
+    expect_error(data_get(tmp_path, "blimp"), "slm-data", f"{dest}: not a regular file nor a directory (a FIFO",
+                 "not replaced")
+
+
+@pytest.mark.parametrize("what", ["fifo", "dev_zero"])
+def test_a_fifo_or_device_as_a_text_input_is_refused_at_once(tmp_path, what):
+    """Every reader of text (`slm_lm.common.fileio.read_text_lines`, the Kaldi tables, N-best and BLiMP files)."""
+    bad = fifo(tmp_path / "fifo") if what == "fifo" else Path("/dev/zero")
+    (tmp_path / "ref").write_text("u1 A B\n")
+    (tmp_path / "blimp").mkdir()
+    (tmp_path / "blimp" / "x.jsonl").symlink_to(bad)
+    cases = [
+        (cli("score", "--model", SLM_BOOKS, "--input", bad, "--output", tmp_path / "o.tsv"), "slm-score", bad),
+        (cli("compare_wer", "--ref", tmp_path / "ref", "--hyp", f"a={bad}", "--hyp", f"b={bad}"), "slm-compare-wer",
+         bad),
+        (cli("compare_wer", "--ref", bad, "--hyp", f"a={tmp_path / 'ref'}", "--hyp", f"b={tmp_path / 'ref'}"),
+         "slm-compare-wer", bad),
+        (cli("blimp", "--model", SLM_BOOKS, "--data", tmp_path / "blimp", "--out", tmp_path / "o", "--no-progress"),
+         "slm-blimp", tmp_path / "blimp" / "x.jsonl"),
+        (cli("pretrain", "encode", "--text", bad, "--bpe-dir", SLM_BOOKS, "--out", tmp_path / "c.ids.xz"),
+         "slm-pretrain", bad),
+    ]
+    for result, command, path in cases:
+        expect_error(result, command, f"{path}: ", "not a regular file")
+
+
+def test_an_earlier_runs_record_that_is_a_fifo_is_not_read(tmp_path):
+    """slm-subset-nbest read DST/subset.json (slm-rescore OUT/tuning.json, slm-lm-combination OUT/combination.md)
+    to tell an earlier run's: a FIFO there blocked it; now it is not the command's, and refused."""
+    src = nbest_set(tmp_path / "src")
+    (tmp_path / "dst").mkdir()
+    fifo(tmp_path / "dst" / "subset.json")
+    expect_error(cli("subset_nbest", src, tmp_path / "dst", "--every", "1"), "slm-subset-nbest",
+                 f"{tmp_path / 'dst' / 'subset.json'}: not written by slm-subset-nbest")
+    (tmp_path / "out").mkdir()
+    fifo(tmp_path / "out" / "tuning.json")  # slm-rescore's record of an earlier run
+    tsv, ref = nbest_tsv(tmp_path / "in")
+    expect_error(cli("rescore", *rescore_argv(tsv, ref, tmp_path / "out")), "slm-rescore",
+                 f"{tmp_path / 'out' / 'tuning.json'}: not a tuning.json of slm-rescore")
+
+
+# 4. slm-am-scores around ESPnet and soundfile: one line, before the model runs where it can be
+
+@pytest.fixture(scope="module")
+def asr_experiment(tmp_path_factory):
+    """A tiny random ESPnet ASR model (characters A-Z), two utterances of noise, and an N-best set of them."""
+    import numpy as np
+    import soundfile
+    import yaml
+    from espnet2.tasks.asr import ASRTask
+    from espnet2.utils.yaml_no_alias_safe_dump import yaml_no_alias_safe_dump
+
+    root = tmp_path_factory.mktemp("asr_experiment")
+    tokens = ["<blank>", "<unk>", "<space>", *"ABCDEFGHIJKLMNOPQRSTUVWXYZ", "<sos/eos>"]
+    (root / "tokens.txt").write_text("\n".join(tokens) + "\n")
+    (root / "asr.yaml").write_text(yaml.safe_dump({
+        "frontend": "default", "frontend_conf": {"n_fft": 256, "hop_length": 160, "n_mels": 20},
+        "encoder": "transformer", "encoder_conf": {"output_size": 16, "attention_heads": 2, "linear_units": 32,
+                                                   "num_blocks": 1},
+        "decoder": "transformer", "decoder_conf": {"attention_heads": 2, "linear_units": 32, "num_blocks": 1},
+        "model_conf": {"ctc_weight": 0.3}}))
+    args = ASRTask.get_parser().parse_args(["--config", str(root / "asr.yaml"), "--token_list",
+                                            str(root / "tokens.txt"), "--token_type", "char", "--output_dir",
+                                            str(root / "asr")])
+    torch.manual_seed(0)
+    model = ASRTask.build_model(args)
+    (root / "asr").mkdir()
+    with open(root / "asr" / "config.yaml", "w") as f:
+        yaml_no_alias_safe_dump(vars(args), f)
+    torch.save(model.state_dict(), root / "asr" / "model.pth")
+    rng = np.random.default_rng(0)
+    for uttid in ("u1", "u2"):
+        soundfile.write(root / f"{uttid}.wav", rng.normal(0, 0.1, 8000).astype(np.float32), 16000)
+    (root / "wav.scp").write_text(f"u1 {root / 'u1.wav'}\nu2 {root / 'u2.wav'}\n")
+    rank = root / "decode" / "1best_recog"
+    rank.mkdir(parents=True)
+    (rank / "token_int").write_text("u1 3 4 5\nu2 6 7\n")
+    (rank / "score").write_text("u1 -1.0\nu2 -2.0\n")
+    (rank / "text").write_text("u1 ABC\nu2 DE\n")
+    return root
+
+
+def am_scores(exp, tmp_path, case):
+    """The argv of one bad-input case of slm-am-scores, and what its error line names."""
+    decode = tmp_path / "decode"
+    shutil.copytree(exp / "decode", decode)
+    config, model, wav_scp = exp / "asr" / "config.yaml", exp / "asr" / "model.pth", tmp_path / "wav.scp"
+    wav_scp.write_text((exp / "wav.scp").read_text())
+    device, needles = "cpu", []
+    if case == "no_path":
+        wav_scp.write_text(f"u1 {exp / 'u1.wav'}\nu2\n")
+        needles = [f"{wav_scp}:2: utterance 'u2' has no audio file"]
+    elif case == "missing_audio":
+        wav_scp.write_text(f"u1 {exp / 'u1.wav'}\nu2 {tmp_path / 'gone.wav'}\n")
+        needles = [f"{wav_scp}:2: {tmp_path / 'gone.wav'}: audio file not found"]
+    elif case == "not_audio":
+        (tmp_path / "text.wav").write_text("not audio at all\n")
+        wav_scp.write_text(f"u1 {tmp_path / 'text.wav'}\nu2 {exp / 'u2.wav'}\n")
+        needles = [f"{wav_scp}:1: {tmp_path / 'text.wav'}: not an audio file soundfile can read"]
+    elif case == "config_not_yaml":
+        config = tmp_path / "config.yaml"
+        config.write_text("encoder: [transformer\n")
+        needles = [f"{config}:2: expected ',' or ']', but got '<stream end>' (cannot read the ESPnet config)"]
+    elif case == "config_of_another_model":
+        import yaml
+
+        edited = yaml.safe_load((exp / "asr" / "config.yaml").read_text())
+        edited["encoder_conf"]["output_size"] = 24
+        config = tmp_path / "config.yaml"
+        config.write_text(yaml.safe_dump(edited))
+        needles = [f"{model}: weights do not match the model of --asr-config {config}", "size mismatch"]
+    elif case == "token_beyond_vocabulary":
+        (decode / "1best_recog" / "token_int").write_text("u1 3 4 5\nu2 6 700\n")
+        needles = [f"{decode / '1best_recog' / 'token_int'}:2: token id 700 is not in the vocabulary of 30 tokens"]
+    elif case == "no_gpu":
+        device = "cuda"
+        needles = ["--device cuda: CUDA is not available"]
+    elif case == "truncated_model":
+        model = tmp_path / "model.pth"
+        model.write_bytes((exp / "asr" / "model.pth").read_bytes()[:5000])
+        needles = [f"{model}: not a readable torch weights file, truncated or garbled"]
+    argv = ["--asr-config", config, "--asr-model", model, "--wav-scp", wav_scp, "--device", device, decode]
+    return argv, needles
+
+
+@pytest.mark.parametrize("case", ["no_path", "missing_audio", "not_audio", "config_not_yaml",
+                                  "config_of_another_model", "token_beyond_vocabulary", "no_gpu", "truncated_model"])
+def test_am_scores_bad_input_is_one_line(asr_experiment, tmp_path, case):
+    """8 of slm-am-scores' cases ended in a traceback of ESPnet, soundfile or torch (a truncated model said
+    `Invalid argument` without the file); the model of another config was loaded in part (strict=False)."""
+    if case == "no_gpu" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    argv, needles = am_scores(asr_experiment, tmp_path, case)
+    before = snapshot(tmp_path)
+    expect_error(cli("am_scores", *argv), "slm-am-scores", *needles)
+    assert snapshot(tmp_path) == before
+
+
+def test_am_scores_of_a_good_experiment_are_written(asr_experiment, tmp_path):
+    argv, _ = am_scores(asr_experiment, tmp_path, "none")
+    result = cli("am_scores", *argv)
+    assert result.returncode == 0 and result.stdout == "", result.stdout + result.stderr
+    assert all(line.startswith("slm-am-scores ") for line in result.stderr.replace("\r", "\n").split("\n")
+               if line.strip()), result.stderr  # its progress bar only (no FutureWarning of ESPnet's code)
+    scores = (tmp_path / "decode" / "1best_recog" / "scores").read_text().splitlines()
+    rows = [json.loads(line.split(" ", 1)[1]) for line in scores]
+    assert [sorted(r) for r in rows] == [["ctc", "decoder", "length_bonus"]] * 2 and rows[0]["length_bonus"] == 4
+
+
+# 5. Tracebacks left elsewhere
+
+@pytest.mark.parametrize("card,needle", [
+    ({}, "not a slm-model-card make output: KeyError 'check'"),
+    ({"check": {"lambda": "x"}}, "not a slm-model-card make output: ArgumentTypeError x: not a number"),
+    ({"check": []}, "not a slm-model-card make output: TypeError"),
+])
+def test_model_card_check_of_a_card_of_another_shape_is_one_line(tmp_path, card, needle):
+    model = shutil.copytree(SLM_BOOKS, tmp_path / "model")
+    (model / "card.json").write_text(json.dumps(card))
+    expect_error(cli("model_card", "check", model), "slm-model-card", f"{model / 'card.json'}: {needle}")
+
+
+def test_score_nbest_lm_key_file_that_is_not_utf8_is_one_line(tmp_path):
+    keys = tmp_path / "keys.1"
+    keys.write_bytes(b"u1\nu\xe92\n")
+    nbest = nbest_set(tmp_path / "dev")
+    result = run(sys.executable, RECIPE_LOCAL / "score_nbest_lm.py", "--lm", SLM_BOOKS, "--keys", keys, "--cache",
+                 tmp_path / "cache", nbest, cwd=RECIPE_LOCAL)
+    expect_error(result, "score_nbest_lm.py", f"{keys}:2: not UTF-8 text")
+
+
+@pytest.fixture(scope="module")
+def hook_pth_line(tmp_path_factory) -> str:
+    """The line of slm_lm_espnet_hook.pth as an install of this checkout ships it."""
+    import zipfile
+
+    out = tmp_path_factory.mktemp("wheel")
+    code = "import sys; from setuptools import build_meta; print(build_meta.build_editable(sys.argv[1]))"
+    built = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-2000:]
+    return zipfile.ZipFile(out / built.stdout.split()[-1]).read("slm_lm_espnet_hook.pth").decode()
+
+
+@pytest.mark.parametrize("broken", ["def install(:\n", "raise ImportError('half-copied')\n", "x = 1\n"])
+def test_a_broken_hook_module_earlier_on_the_path_is_one_warning_line(tmp_path, hook_pth_line, broken):
+    """A broken slm_lm_espnet_hook.py earlier on PYTHONPATH made every Python start print site's traceback
+    (a SyntaxError); now one warning line, as a failed registration gives, and the program runs."""
+    site_dir, shadow = tmp_path / "site", tmp_path / "shadow"
+    site_dir.mkdir()
+    shadow.mkdir()
+    (site_dir / "slm_lm_espnet_hook.pth").write_text(hook_pth_line)
+    (tmp_path / "lib64").symlink_to(site_dir)  # a venv's lib64 -> lib: site reads the .pth files twice
+    (shadow / "slm_lm_espnet_hook.py").write_text(broken)
+    code = (f"import site; site.addsitedir({str(site_dir)!r}); site.addsitedir({str(tmp_path / 'lib64')!r}); "
+            "print('ran')")
+    env = dict(os.environ, PYTHONPATH=str(shadow))
+    result = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout == "ran\n", result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("slm_lm: warning: ESPnet runs without the slm_lm LM kinds ("), lines
+    assert "SLM_LM_NO_ESPNET_HOOK=1" in lines[0]
+    quiet = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                           env=dict(env, SLM_LM_NO_ESPNET_HOOK="1"), cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
+@pytest.mark.parametrize("case", ["data_is_a_file", "out_is_a_file", "run_dir_is_a_file", "run_dir_missing"])
+def test_gpu_session_folders_of_the_wrong_kind_are_one_line(tmp_path, case):
+    (tmp_path / "file").write_text("mine")
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("train.ids.xz", "valid.ids.xz", "bpe.model", "tokens.txt", "nbest_texts.txt.xz", "dev_texts.txt.xz"):
+        (data / name).write_bytes(b"")
+    if case == "run_dir_missing":
+        argv, needle = ["score-snapshots", "--data", data, "--run-dir", tmp_path / "none"], \
+            f"--run-dir {tmp_path / 'none'}: folder not found"
+    else:
+        option = {"data_is_a_file": "--data", "out_is_a_file": "--out", "run_dir_is_a_file": "--run-dir"}[case]
+        folders = {"--data": data, "--out": tmp_path / "out", "--run-dir": tmp_path / "run", option: tmp_path / "file"}
+        argv = ["run", "--dry-run", *(x for k, v in folders.items() for x in (k, v))]
+        needle = f"{option} {tmp_path / 'file'}: is a file, not a"
+    before = snapshot(tmp_path)
+    expect_error(run(sys.executable, GPU_SESSION, *argv), "gpu_session", needle)
+    assert snapshot(tmp_path) == before
+
+
+# 6. Messages in the one-line format
+
+def test_a_closed_standard_output_ends_slm_score_quietly_as_cat(tmp_path):
+    """`slm-score ... | head -1` ended with `slm-score: error: Broken pipe`, exit 2."""
+    (tmp_path / "in.txt").write_text("AND GOD SAW THE LIGHT\n" * 3000)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen([sys.executable, "-m", "slm_lm.bin.score", "--model", "slm-books", "--input",
+                             tmp_path / "in.txt", "--tokens"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=600) == 141 and first.startswith(b"1\t"), (proc.returncode, stderr)
+    assert "error" not in stderr and "Traceback" not in stderr and "Exception" not in stderr, stderr
+
+
+def test_a_broken_pipe_that_is_not_standard_output_is_still_an_error(capsys):
+    from slm_lm.common.errors import fail
+
+    with pytest.raises(SystemExit) as info:
+        fail("slm-score", BrokenPipeError(32, "Broken pipe", "/x/fifo"))
+    assert info.value.code == 2 and capsys.readouterr().err == "slm-score: error: /x/fifo: Broken pipe\n"
+
+
+def test_temporary_files_of_a_killed_writer_are_removed_by_the_next_one(tmp_path):
+    """A killed `slm-data get` (or `slm-am-scores`, or any writer through slm_lm.common.fileio) left `.NAME.XXXX.tmp`
+    files that later runs never removed: the next writer of NAME removes those no live writer holds."""
+    from slm_lm.common.fileio import atomic_open, write_atomic
+
+    target = tmp_path / "scores"
+    killed = run(sys.executable, "-c", "import os, signal\nfrom slm_lm.common.fileio import atomic_open\n"
+                 f"with atomic_open({str(target)!r}) as f:\n    f.write('half')\n    f.flush()\n"
+                 "    os.kill(os.getpid(), signal.SIGKILL)\n")
+    assert killed.returncode == -9
+    (tmp_path / ".scores.notours.tmp").write_text("a name mkstemp does not make: not ours")
+    (tmp_path / ".other.abcd1234.tmp").write_text("another file's")
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert len(left) == 3 and any(n.startswith(".scores.") and n != ".scores.notours.tmp" for n in left), left
+    with atomic_open(target) as handle:  # a live writer's temporary file is kept
+        write_atomic(target, "other")
+        handle.write("mine")
+    assert target.read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.abcd1234.tmp", ".scores.notours.tmp", "scores"]
+
+
+def test_slm_data_removes_what_a_killed_run_left(tmp_path):
+    """`slm-data get blimp` killed while it wrote a paradigm: its temporary file goes with the next run."""
+    from conftest import MIRROR
+
+    dest = tmp_path / "d" / "blimp"
+    dest.mkdir(parents=True)
+    killed = run(sys.executable, "-c", "import os, signal\nfrom slm_lm.common.fileio import atomic_open\n"
+                 f"with atomic_open({str(dest / 'adjunct_island.jsonl')!r}) as f:\n    f.write('{{half')\n"
+                 "    f.flush()\n    os.kill(os.getpid(), signal.SIGKILL)\n")
+    assert killed.returncode == -9 and len(list(dest.glob(".adjunct_island.jsonl.*.tmp"))) == 1
+    result = cli("data", "get", "blimp", "--dir", tmp_path / "d", "--mirror", MIRROR, "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in dest.iterdir() if p.name.startswith(".")) == []
+
+
+@pytest.mark.parametrize("case", ["md5sum", "trans_txt"])
+def test_a_file_and_line_are_written_file_colon_line(tmp_path, case):
+    if case == "md5sum":
+        lm_mirror(tmp_path, md5=False)
+        md5sum = tmp_path / "mirror" / "librispeech_lm" / "md5sum.txt"
+        md5sum.write_text(f"{'0' * 32}  a.gz\nnot a checksum line\n")
+        expect_error(data_get(tmp_path), "slm-data", f"{md5sum}:2: expected 'MD5 FILE'")
+    else:
+        chapter = tmp_path / "dev-clean" / "19" / "198"
+        chapter.mkdir(parents=True)
+        (chapter / "19-198.trans.txt").write_text("19-198-0000 HELLO\n19-198-0001\n")
+        (chapter / "19-198-0000.flac").write_bytes(b"")
+        result = run(sys.executable, RECIPE_LOCAL / "data_prep.py", "--out", tmp_path / "data", tmp_path / "dev-clean",
+                     cwd=RECIPE_LOCAL)
+        expect_error(result, "data_prep.py", f"{chapter / '19-198.trans.txt'}:2: expected 'UTTID TEXT'")
+
+
+def test_pretrain_names_the_file_and_the_reason_of_an_empty_checkpoint_or_odd_ids(tmp_path):
+    import lzma
+
+    from slm_lm.model.tokenizer import Tokenizer
+
+    data = tmp_path / "data"
+    data.mkdir()
+    tokenizer = Tokenizer.from_dir(SLM_BOOKS)
+    tokenizer.save(data)
+    for name in ("train", "valid"):
+        (data / f"{name}.ids.xz").write_bytes(lzma.compress(bytes([5, 0, 6, 0, 0, 0]) * 50))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "checkpoint.pt").write_bytes(b"")
+    argv = ["train", "--kind", "slm", "--size", "tiny", "--data", data, "--out", out, "--updates", "1"]
+    expect_error(cli("pretrain", *argv), "slm-pretrain", f"{out / 'checkpoint.pt'}: empty file")
+    (out / "checkpoint.pt").unlink()
+    (data / "train.ids.xz").write_bytes(lzma.compress(bytes([5, 0, 0])))
+    expect_error(cli("pretrain", *argv), "slm-pretrain", f"{data / 'train.ids.xz'}: 3 bytes once decompressed, an odd")
+
+
+def test_train_bpe_vocabulary_too_large_is_one_line(tmp_path):
+    (tmp_path / "text.txt").write_text(TEXT * 30)
+    expect_error(cli("train_bpe", "--text", tmp_path / "text.txt", "--vocab-size", "100000", "--out", tmp_path / "b"),
+                 "slm-train-bpe", f"{tmp_path / 'text.txt'}: sentencepiece training failed", "Vocabulary size")
+
+
+def test_score_wer_names_the_reference_line_of_an_empty_reference(tmp_path):
+    data, decode = tmp_path / "data", tmp_path / "decode"
+    (decode / "1best_recog").mkdir(parents=True)
+    data.mkdir()
+    (data / "text").write_text("u1 A B\nu2\n")
+    (decode / "1best_recog" / "text").write_text("u1 A B\nu2 C\n")
+    result = run(sys.executable, RECIPE_LOCAL / "score_wer.py", "--data", data, decode, cwd=RECIPE_LOCAL)
+    expect_error(result, "score_wer.py", f"{data / 'text'}:2: empty reference for u2")
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_decode_nbest_merge_of_no_shards_blames_the_option(tmp_path, value):
+    """`--merge 0` decoded instead, and blamed `--asr-config None`."""
+    data, out = decoded_shards(tmp_path)
+    result = run(sys.executable, DECODE_NBEST, "--merge", value, "--data", data, "--out", out)
+    expect_error(result, "decode_nbest.py", f"argument --merge: {value}: must be 1 or more")

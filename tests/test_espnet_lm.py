@@ -203,6 +203,27 @@ def test_stock_lm_train_with_a_bad_lm_conf_is_one_line(tmp_path, capsys, monkeyp
     assert err.splitlines()[-1].startswith(f"lm_train.py: error: {needle}") and "Traceback" not in err
 
 
+@pytest.mark.parametrize("lm", ["slm", "clm"])
+@pytest.mark.parametrize("lm_conf", [5, "tiny", ["size", "tiny"]])
+def test_stock_lm_train_with_an_lm_conf_that_is_not_a_mapping_is_one_line(tmp_path, capsys, monkeypatch, lm, lm_conf):
+    """`lm_conf: 5` in the config of stock ESPnet's lm_train ended in a traceback (AttributeError)."""
+    from espnet2.tasks.lm import LMTask
+
+    from slm_lm.espnet_lm.registry import register_kinds
+
+    register_kinds()
+    monkeypatch.setattr(sys, "argv", ["/x/espnet2/bin/lm_train.py"])
+    (tmp_path / "tokens.txt").write_text(ASR_SH_TOKENS)
+    args = stock_args(str(tmp_path / "tokens.txt"), lm)
+    args.lm_conf = lm_conf
+    with pytest.raises(SystemExit) as exit_info:
+        LMTask.build_model(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == (f"lm_train.py: error: command line: lm_conf is {lm_conf!r}, not a mapping of "
+                                    "the LM's options") and "Traceback" not in err
+
+
 def test_stock_lm_task_builds_other_kinds_and_our_task_adds_the_mask(tmp_path):
     """The wrapper leaves clm/bilm and ESPnet's own LMs as they were; SlmLMTask (slm_lm.bin.lm_train) still
     inserts <mask> into asr.sh's list and builds; registering twice wraps once."""

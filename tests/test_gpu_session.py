@@ -118,6 +118,23 @@ def test_prepare_cuts_the_corpus_to_what_fits_beside_the_repository(gpu_session,
         assert len(refused.stderr.strip().splitlines()) == 1 and sorted(p.name for p in other.iterdir()) == before
 
 
+def test_a_failed_prepare_leaves_no_half_made_data_folder(corpus, dev_sets, tmp_path):
+    """`prepare` stopped by the travel limit left --data with the tokenizer, the validation corpus and the
+    N-best texts in it; its files are now made in a folder inside --data and moved into it together, so a
+    failure leaves --data as it was: absent, or an earlier `prepare`'s, byte for byte."""
+    data = tmp_path / "data"
+    tiny = run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST, "--dev-sets", dev_sets[1],
+               "--travel-mib", 1)
+    assert tiny.returncode == 2 and "no room for training sentences" in tiny.stderr, tiny.stderr
+    assert len(tiny.stderr.strip().splitlines()) == 1 and not data.exists()
+    made = run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST, "--dev-sets", dev_sets[1])
+    assert made.returncode == 0, made.stderr
+    before = {p.name: p.read_bytes() for p in data.iterdir()}
+    again = run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST, "--dev-sets", dev_sets[1],
+                "--travel-mib", 1)
+    assert again.returncode == 2 and {p.name: p.read_bytes() for p in data.iterdir()} == before
+
+
 def test_dry_run_trains_both_models_and_everything_would_come_back(gpu_session, corpus, dev_sets, tmp_path):
     data = tmp_path / "data"
     assert run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST, "--dev-sets", dev_sets[1]).returncode == 0

@@ -316,7 +316,8 @@ def expect_error(proc, command, *needles):
 
 
 @pytest.mark.parametrize("case", ["short_ref", "bad_moses", "mixed_styles", "bad_named_value", "named_twice",
-                                  "ref_lines", "d_count", "tokenizer", "ref_count", "bpe_out"])
+                                  "ref_lines", "d_count", "tokenizer", "ref_count", "bpe_out", "moses_in_fairseq",
+                                  "moses_at_the_end"])
 def test_rescore_mt_bad_input(tmp_path, case):
     dev, ref = write_moses(tmp_path / "dev.nbest"), write_refs(tmp_path / "ref.txt")
     args = ["--dev", dev, "--dev-ref", ref, "--lm", "score:LM", "--out", tmp_path / "out", "--no-progress"]
@@ -357,13 +358,22 @@ def test_rescore_mt_bad_input(tmp_path, case):
     elif case == "bpe_out":
         args[args.index("--out") + 1] = dev
         needles = [f"--out {dev}", "is the input"]
+    elif case in ("moses_in_fairseq", "moses_at_the_end"):  # the Moses line was dropped without a word
+        gen, moses = tmp_path / "gen.txt", "1 ||| he went to market ||| LM0= -3.5 ||| -3.5\n"
+        lines = FAIRSEQ.splitlines(keepends=True)
+        at = 3 if case == "moses_in_fairseq" else len(lines)
+        gen.write_text("".join(lines[:at]) + moses + "".join(lines[at:]))
+        args[1] = gen
+        if case == "moses_in_fairseq":
+            args += ["--format", "fairseq"]
+        needles = [f"{gen}:{at + 1}: a Moses n-best line in a fairseq-generate file"]
     before = {p: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     expect_error(run("slm_lm.bin.rescore_mt", *args), "slm-rescore-mt", *needles)
     assert {p: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
 
 @pytest.mark.parametrize("case", ["no_label_slot", "unknown_label", "bad_jsonl", "tsv_fields", "one_label",
-                                  "out_is_data"])
+                                  "out_is_data", "same_word", "same_word_spaced", "dev_zero", "fifo"])
 def test_zero_shot_bad_input(tmp_path, case):
     data = tmp_path / "d.tsv"
     data.write_text("sentence\tlabel\ngood film\t1\nbad film\t0\n")
@@ -386,12 +396,32 @@ def test_zero_shot_bad_input(tmp_path, case):
     elif case == "one_label":
         args[args.index("--labels") + 1] = "positive"
         needles = ["--labels", "want at least two labels"]
+    elif case in ("same_word", "same_word_spaced"):  # every prediction tied and got the first label
+        args[args.index("--labels") + 1] = "0=good,1=good" if case == "same_word" else "0=very good, 1=very  good"
+        needles = ["--labels: labels '0' and '1' have the same word", "every prediction would tie"]
+    elif case in ("dev_zero", "fifo"):  # read until memory ran out / blocked
+        data = Path("/dev/zero") if case == "dev_zero" else tmp_path / "fifo.tsv"
+        if case == "fifo":
+            os.mkfifo(data)
+        args[1] = data
+        needles = [f"{data}: not a regular file (a FIFO, device or socket"]
     else:
         args[args.index("--out") + 1] = data
         needles = [f"--out {data} is the --data file"]
-    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    before = {p: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     expect_error(run("slm_lm.bin.zero_shot", *args), "slm-zero-shot", *needles)
-    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
+    assert {p: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_zero_shot_refuses_label_words_that_score_alike_in_every_example():
+    """Label words that read the same to the model (a lower- and an upper-case word, both normalised) tie in
+    every example: each prediction would be the first label; refused naming the pattern."""
+    examples = [Example("good film", "1", "d.tsv:1"), Example("bad film", "0", "d.tsv:2")]
+    words = {"0": "bad", "1": "BAD"}
+    table = {fill("{text} is {label}.", text, word): -5.0 for text in ("good film", "bad film", "")
+             for word in words.values()}
+    with pytest.raises(InputError, match=r"--pattern '\{text\} is \{label\}.': every label word gets the same score"):
+        classify(examples, ["{text} is {label}."], words, table)
 
 
 def test_missing_sacrebleu_is_a_one_line_error(monkeypatch):

@@ -734,6 +734,21 @@ def test_download_from_local_mirror_with_resume(tmp_path):
     assert (work / "data" / "test_clean" / "wav.scp").exists()
 
 
+def test_download_keeps_an_archive_that_was_there(tmp_path):
+    """An archive of the user's in archives/ (its MD5 the list's) is unpacked and kept: only an archive the
+    stage downloaded is deleted after unpacking (the user's was deleted too)."""
+    mirror = tmp_path / "mirror"
+    _make_mirror(mirror, ["dev-clean", "test-clean"])
+    out = tmp_path / "downloads"
+    (out / "archives").mkdir(parents=True)
+    mine = out / "archives" / "dev-clean.tar.gz"
+    shutil.copy(mirror / "12" / "dev-clean.tar.gz", mine)
+    download_librispeech.main(["--dir", str(out), "--mirror", str(mirror), "--parts", "dev-clean", "test-clean"])
+    assert mine.read_bytes() == (mirror / "12" / "dev-clean.tar.gz").read_bytes()
+    assert sorted(p.name for p in (out / "archives").iterdir()) == ["dev-clean.tar.gz"]  # test-clean's: ours, gone
+    assert len(list((out / "LibriSpeech" / "dev-clean").glob("*/*/*.flac"))) == 4
+
+
 def test_download_rejects_bad_checksum(tmp_path):
     mirror = tmp_path / "mirror"
     _make_mirror(mirror, ["dev-clean"])

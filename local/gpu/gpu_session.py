@@ -47,7 +47,9 @@ import numpy as np
 import torch
 
 from slm_lm.common.errors import InputError, fail
-from slm_lm.common.fileio import write_atomic
+from slm_lm.common.fileio import why_not, write_atomic
+from slm_lm.common.options import Parser, number
+from slm_lm.common.outputs import check_no_overlap, check_output_dir, finish_interrupted, staged_outputs
 from slm_lm.data import datasets
 from slm_lm.model.tokenizer import Tokenizer
 from slm_lm.pretrain.corpus import load_corpus, read_ids, write_corpus
@@ -55,6 +57,7 @@ from slm_lm.rescoring.nbest import load_nbest
 from slm_lm.scoring.scorer import Scorer
 
 ROOT = Path(__file__).resolve().parents[2]
+PROG = "gpu_session"
 STAGES = ("tests", "parity", "latency", "rescoring", "mfu", "attention", "train", "track")
 DATA_FILES = ("train.ids.xz", "valid.ids.xz", "bpe.model", "tokens.txt", "nbest_texts.txt.xz", "dev_texts.txt.xz")
 DEV_SETS = ("dev_clean", "dev_other")  # of slm-data's librispeech-nbest: the texts the track stage scores
@@ -104,7 +107,7 @@ PLANS = {
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare", help="build the data folder that travels (on CPU)")
     prep.add_argument("--corpus", required=True,
@@ -114,28 +117,33 @@ def parse_args(argv=None):
                       "(default: dev_other of slm-data get librispeech-nbest)")
     prep.add_argument("--dev-sets", help="comma-separated N-best sets whose unique 10-best texts the track stage "
                       f"scores (default: {' and '.join(DEV_SETS)} of slm-data get librispeech-nbest)")
-    prep.add_argument("--travel-mib", type=float, default=64.0, help="what may travel: repository + --data")
-    prep.add_argument("--spare-mib", type=float, default=1.0, help="kept free under --travel-mib")
+    prep.add_argument("--travel-mib", type=number(float, above=0), default=64.0,
+                      help="what may travel: repository + --data")
+    prep.add_argument("--spare-mib", type=number(float, 0), default=1.0, help="kept free under --travel-mib")
     run = sub.add_parser("run", help="the GPU command (or its CPU rehearsal with --dry-run)")
     run.add_argument("--data", required=True, help="the folder `prepare` built")
     run.add_argument("--out", required=True, help="results folder: summaries, session log, curves, models in parts")
     run.add_argument("--run-dir", default=str(ROOT / "exp/gpu/run"), help="benchmark JSONs and the training runs")
     run.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, from {','.join(STAGES)}")
     run.add_argument("--dry-run", action="store_true", help="on CPU, small benchmarks and budgets: rehearse it")
-    run.add_argument("--minutes", type=float, help="the command's wall-clock budget (default 9; dry 60)")
-    run.add_argument("--train-minutes", type=float, help="most training minutes per model (default 3; dry 0.1)")
-    run.add_argument("--lr", type=float, default=3e-4, help="peak learning rate of both models")
-    run.add_argument("--batch-tokens", type=int, help="padded tokens per update of both models (default 32768; dry 1024)")
-    run.add_argument("--warmup", type=float, default=0.05, help="warm-up share of the training budget")
-    run.add_argument("--part-mib", type=float, default=15.5, help="size of the models.tar.NN parts")
+    run.add_argument("--minutes", type=number(float, above=0),
+                     help="the command's wall-clock budget (default 9; dry 60)")
+    run.add_argument("--train-minutes", type=number(float, above=0),
+                     help="most training minutes per model (default 3; dry 0.1)")
+    run.add_argument("--lr", type=number(float, above=0), default=3e-4, help="peak learning rate of both models")
+    run.add_argument("--batch-tokens", type=number(int, 1),
+                     help="padded tokens per update of both models (default 32768; dry 1024)")
+    run.add_argument("--warmup", type=number(float, 0, 1), default=0.05, help="warm-up share of the training budget")
+    run.add_argument("--part-mib", type=number(float, above=0, high=BACK_FILE_MIB), default=15.5,
+                     help="size of the models.tar.NN parts")
     score = sub.add_parser("score-snapshots",
                            help="the track stage's subprocess: score dev_texts with every kept model")
     score.add_argument("--data", required=True, help="the folder `prepare` built")
     score.add_argument("--run-dir", required=True, help="holds KIND/snapshots/UPDATES/; gets track/KIND-UPDATES.txt")
     score.add_argument("--device", default="cuda")
     score.add_argument("--dtype", default="bfloat16")
-    score.add_argument("--max-tokens", type=int, default=8192, help="padded tokens per scoring batch")
-    score.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
+    score.add_argument("--max-tokens", type=number(int, 1), default=8192, help="padded tokens per scoring batch")
+    score.add_argument("--threads", type=number(int, 1), help="CPU threads (default: torch's)")
     args = p.parse_args(argv)
     if args.command == "run":
         args.stages = args.stages.split(",")
@@ -184,10 +192,11 @@ def check_back(out: Path) -> list:
 
 def prepare(args) -> None:
     """Build --data from --corpus: the tokenizer, valid.ids.xz, nbest_texts.txt.xz, and the first sentences
-    of train.ids.xz that fit the travel limit beside the repository."""
+    of train.ids.xz that fit the travel limit beside the repository. The files are made in a folder inside
+    --data and moved into it together at the end: a failed `prepare` leaves --data as it was."""
     corpus, data = Path(args.corpus), Path(args.data)
-    if corpus == data:
-        raise InputError(f"--data {data} is the --corpus folder; give another folder")
+    check_no_overlap("--data", data, [corpus])
+    finish_interrupted(data, PROG)
     if data.is_dir() and any(data.iterdir()) and not (data / MADE).exists():
         raise InputError(f"--data {data}: a folder that `prepare` did not make; give a new folder")
     nbest = args.nbest or datasets.require("librispeech-nbest") / "dev_other"
@@ -196,29 +205,29 @@ def prepare(args) -> None:
     tokenizer = Tokenizer.from_dir(corpus)
     ids = read_ids(corpus / "train.ids.xz", tokenizer)
     load_corpus(corpus / "valid.ids.xz", tokenizer)
-    data.mkdir(parents=True, exist_ok=True)
-    write_atomic(data / MADE, json.dumps({"corpus": str(corpus), "nbest": str(nbest),
-                                          "dev_sets": [str(d) for d in dev_sets]}) + "\n")
-    for name in ("bpe.model", "tokens.txt", "valid.ids.xz", "valid.ids.json"):
-        write_atomic(data / name, (corpus / name).read_bytes())
-    write_atomic(data / "nbest_texts.txt.xz", lzma.compress(("\n".join(load_nbest(nbest, nbest=10).unique_texts()) + "\n").encode()))
-    write_atomic(data / "dev_texts.txt.xz", lzma.compress(("\n".join(dev_texts(dev_sets)) + "\n").encode()))
-    ends = np.flatnonzero(ids == 0)
-    kept, size = len(ends), (corpus / "train.ids.xz").stat().st_size
-    for name in ("train.ids.xz", "train.ids.json"):  # an earlier `prepare`'s
-        (data / name).unlink(missing_ok=True)
-    repo, carried = travel_bytes(ROOT, [data])
-    room = (args.travel_mib - args.spare_mib) * MIB - repo - carried - 1024  # 1024: train.ids.json
-    if room < size / len(ends):
-        raise InputError(f"--travel-mib {args.travel_mib}: no room for training sentences beside the repository "
-                         f"({repo / MIB:.2f} MiB) and the other data ({carried / MIB:.2f} MiB)")
-    while size > room:  # the compressed size is close to proportional to the sentences kept
-        kept = int(kept * room / size * 0.995)
-        size = write_corpus(ids[: ends[kept - 1] + 1], tokenizer, data / "train.ids.xz")["bytes"]
-        print(f"gpu_session: the first {kept} sentences: {size / MIB:.2f} MiB", flush=True)
-    if kept == len(ends):
-        for name in ("train.ids.json", "train.ids.xz"):
-            write_atomic(data / name, (corpus / name).read_bytes())
+    names = (*DATA_FILES, "valid.ids.json", "train.ids.json", MADE)
+    with staged_outputs("--data", data, names, names if (data / MADE).exists() else (), PROG) as staging:
+        write_atomic(staging / MADE, json.dumps({"corpus": str(corpus), "nbest": str(nbest),
+                                                 "dev_sets": [str(d) for d in dev_sets]}) + "\n")
+        for name in ("bpe.model", "tokens.txt", "valid.ids.xz", "valid.ids.json"):
+            write_atomic(staging / name, (corpus / name).read_bytes())
+        write_atomic(staging / "nbest_texts.txt.xz",
+                     lzma.compress(("\n".join(load_nbest(nbest, nbest=10).unique_texts()) + "\n").encode()))
+        write_atomic(staging / "dev_texts.txt.xz", lzma.compress(("\n".join(dev_texts(dev_sets)) + "\n").encode()))
+        ends = np.flatnonzero(ids == 0)
+        kept, size = len(ends), (corpus / "train.ids.xz").stat().st_size
+        repo, carried = travel_bytes(ROOT, [staging])
+        room = (args.travel_mib - args.spare_mib) * MIB - repo - carried - 1024  # 1024: train.ids.json
+        if room < size / len(ends):
+            raise InputError(f"--travel-mib {args.travel_mib}: no room for training sentences beside the repository "
+                             f"({repo / MIB:.2f} MiB) and the other data ({carried / MIB:.2f} MiB)")
+        while size > room:  # the compressed size is close to proportional to the sentences kept
+            kept = int(kept * room / size * 0.995)
+            size = write_corpus(ids[: ends[kept - 1] + 1], tokenizer, staging / "train.ids.xz")["bytes"]
+            print(f"gpu_session: the first {kept} sentences: {size / MIB:.2f} MiB", flush=True)
+        if kept == len(ends):
+            for name in ("train.ids.json", "train.ids.xz"):
+                write_atomic(staging / name, (corpus / name).read_bytes())
     repo, carried = travel_bytes(ROOT, [data])
     print(f"gpu_session: {data}: {kept} of {len(ends)} training sentences ({ends[kept - 1] + 1 - kept} pieces); "
           f"travels {(repo + carried) / MIB:.2f} MiB: repository {repo / MIB:.2f} MiB + data {carried / MIB:.2f} MiB "
@@ -236,7 +245,10 @@ def dev_texts(dev_sets: list) -> list:
 # ---------------------------------------------------------------- run (GPU, or CPU with --dry-run)
 
 def check_inputs(args) -> str:
-    """The device's name; one-line errors for a missing data file, --out on an input, or no GPU (unless --dry-run)."""
+    """The device's name; one-line errors for a missing data file, --out on an input, an --out or --run-dir that
+    cannot be a folder, or no GPU (unless --dry-run)."""
+    if not Path(args.data).is_dir():
+        fail(PROG, f"--data {args.data}: {why_not(args.data, 'folder')} (make it with `gpu_session.py prepare`)")
     for name in DATA_FILES:
         if not (Path(args.data) / name).is_file():
             fail("gpu_session", f"{Path(args.data) / name}: missing (make it with `gpu_session.py prepare`)")
@@ -244,6 +256,8 @@ def check_inputs(args) -> str:
         fail("gpu_session", f"--out {args.out} is the data directory; give another folder")
     if Path(args.out) in Path(args.run_dir).parents or args.out == args.run_dir:
         fail("gpu_session", f"--run-dir {args.run_dir} is inside --out {args.out}: only the results may be there")
+    for option, folder in (("--out", args.out), ("--run-dir", args.run_dir)):
+        check_output_dir(option, folder, (), (), PROG)
     if args.dry_run:
         return "cpu (dry run)"
     if not torch.cuda.is_available():
@@ -487,6 +501,8 @@ def score_snapshots(args) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise InputError(f"--run-dir {run_dir}: {why_not(run_dir, 'folder')}")
     texts, folder = read_texts(Path(args.data) / "dev_texts.txt.xz"), run_dir / "track"
     if folder.exists():  # an earlier command's scores go, no other folder
         if not (folder / MADE).exists():
@@ -614,8 +630,8 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         {"prepare": prepare, "run": run, "score-snapshots": score_snapshots}[args.command](args)
-    except InputError as e:
-        fail("gpu_session", e)
+    except (InputError, OSError) as e:
+        fail(PROG, e)
 
 
 if __name__ == "__main__":

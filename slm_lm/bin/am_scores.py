@@ -15,17 +15,19 @@ import sys
 from pathlib import Path
 
 from slm_lm.common.errors import InputError, fail
-from slm_lm.common.fileio import write_atomic
-from slm_lm.rescoring.nbest import espnet_hypothesis_dirs
-from slm_lm.common.progress import progress_bar
-from slm_lm.rescoring.transcripts import read_keyed, read_table, require_file
+from slm_lm.common.fileio import read_text_lines, why_not, write_atomic
 from slm_lm.common.options import Parser
+from slm_lm.common.progress import progress_bar
+from slm_lm.model.directory import read_espnet_config
+from slm_lm.model.precision import device_option
+from slm_lm.rescoring.nbest import espnet_hypothesis_dirs
+from slm_lm.rescoring.transcripts import read_keyed, require_file
 
 PROG = "slm-am-scores"
 
 
-def token_ids(rank_dir: Path) -> dict[str, list[int]]:
-    """{uttid: token ids} of a `<k>best_recog/token_int`, whose ids must be those of its `score`."""
+def token_ids(rank_dir: Path) -> dict[str, tuple[list[int], str]]:
+    """{uttid: (token ids, "file:line")} of a `<k>best_recog/token_int`, whose ids must be those of its `score`."""
     keyed, scored = read_keyed(rank_dir / "token_int"), read_keyed(rank_dir / "score")
     for uttid in sorted(set(keyed) ^ set(scored)):
         raise InputError(f"{(keyed.get(uttid) or scored[uttid])[1]}: utterance {uttid!r} is in only one of "
@@ -33,13 +35,13 @@ def token_ids(rank_dir: Path) -> dict[str, list[int]]:
     ids = {}
     for uttid, (value, where) in keyed.items():
         try:
-            ids[uttid] = [int(t) for t in value.split()]
+            ids[uttid] = ([int(t) for t in value.split()], where)
         except ValueError:
             raise InputError(f"{where}: token ids are not integers") from None
     return ids
 
 
-def todo(nbest_dirs: list[str]) -> list[tuple[Path, dict[str, list[int]]]]:
+def todo(nbest_dirs: list[str]) -> list[tuple[Path, dict[str, tuple[list[int], str]]]]:
     """(rank dir, its hypotheses) of every `<k>best_recog/` without `scores` in the N-best directories."""
     out = []
     for nbest_dir in nbest_dirs:
@@ -50,22 +52,70 @@ def todo(nbest_dirs: list[str]) -> list[tuple[Path, dict[str, list[int]]]]:
     return out
 
 
-def write_scores(work, scorer, wavs: dict[str, str], wav_scp: str) -> None:
+def vocabulary_size(config: dict, asr_config: str) -> int:
+    """The number of tokens of the ASR model that `config` (read from `asr_config`) describes."""
+    tokens = config.get("token_list")
+    if isinstance(tokens, str):  # a token list file, as ESPnet also takes it
+        return sum(1 for _ in read_text_lines(tokens))
+    if not isinstance(tokens, list) or not tokens:
+        raise InputError(f"{asr_config}: token_list is {tokens!r}: not an ESPnet ASR config (no token list)")
+    return len(tokens)
+
+
+def check_hypotheses(work, vocab: int, asr_config: str) -> None:
+    """Every token id is one of the ASR model's `vocab` tokens (an N-best list of another model has others)."""
+    for _, ids in work:
+        for tokens, where in ids.values():
+            bad = next((t for t in tokens if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise InputError(f"{where}: token id {bad} is not in the vocabulary of {vocab} tokens of "
+                                 f"--asr-config {asr_config} (an N-best list of another model?)")
+
+
+def check_audio(work, wavs: dict[str, tuple[str, str]], wav_scp: str) -> None:
+    """Every utterance to score has a `wav.scp` line naming a readable audio file (checked by its header)."""
+    import soundfile
+
+    for folder in sorted({rank_dir.parent for rank_dir, _ in work}):
+        for uttid in sorted({u for rank_dir, ids in work if rank_dir.parent == folder for u in ids}):
+            if uttid not in wavs:
+                raise InputError(f"{wav_scp}: no line for utterance {uttid!r} (of {folder})")
+            audio, where = wavs[uttid]
+            if not audio:
+                raise InputError(f"{where}: utterance {uttid!r} has no audio file (want 'UTTID PATH')")
+            if not Path(audio).is_file():
+                raise InputError(f"{where}: {audio}: {why_not(audio, 'audio file')}")
+            try:
+                soundfile.info(audio)
+            except (RuntimeError, OSError) as e:  # soundfile.LibsndfileError is a RuntimeError
+                raise InputError(f"{where}: {audio}: not an audio file soundfile can read ({_reason(e)})") from None
+
+
+def _reason(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def read_audio(audio: str, where: str):
+    """The waveform (float32) of an audio file that `check_audio` accepted."""
+    import soundfile
+
+    try:
+        return soundfile.read(audio, dtype="float32")[0]
+    except (RuntimeError, OSError) as e:
+        raise InputError(f"{where}: {audio}: cannot read the audio ({_reason(e)})") from None
+
+
+def write_scores(work, scorer, wavs: dict[str, tuple[str, str]]) -> None:
     """Score the hypotheses of each utterance in one batch; write each rank dir's `scores` once all its
     utterances are scored."""
-    from espnet2.fileio.sound_scp import SoundScpReader
-
-    reader = SoundScpReader(wav_scp, dtype="float32")
     for folder in sorted({rank_dir.parent for rank_dir, _ in work}):
         ranks = [(rank_dir, ids) for rank_dir, ids in work if rank_dir.parent == folder]
         uttids = sorted({uttid for _, ids in ranks for uttid in ids})
         lines = {rank_dir: {} for rank_dir, _ in ranks}
         with progress_bar(uttids, desc=f"{PROG} {folder}", file=sys.stderr, mininterval=30) as bar:
             for uttid in bar:
-                if uttid not in wavs:
-                    raise InputError(f"{wav_scp}: no line for utterance {uttid!r} (of {folder})")
-                held = [(rank_dir, ids[uttid]) for rank_dir, ids in ranks if uttid in ids]
-                scores = scorer.scores(reader[uttid][1], [hypothesis for _, hypothesis in held])
+                held = [(rank_dir, ids[uttid][0]) for rank_dir, ids in ranks if uttid in ids]
+                scores = scorer.scores(read_audio(*wavs[uttid]), [hypothesis for _, hypothesis in held])
                 for (rank_dir, _), score in zip(held, scores):
                     lines[rank_dir][uttid] = f"{uttid} {json.dumps(score)}\n"
         for rank_dir, by_uttid in lines.items():
@@ -79,21 +129,25 @@ def main(argv=None) -> None:
     parser.add_argument("--asr-config", required=True, help="the ASR experiment's config.yaml")
     parser.add_argument("--asr-model", required=True, help="its checkpoint, e.g. valid.acc.ave.pth")
     parser.add_argument("--wav-scp", required=True, help="the set's wav.scp (asr.sh: dump/raw/<set>/wav.scp)")
-    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--device", default="cpu", type=device_option(PROG), help="torch device (default cpu)")
     args = parser.parse_args(argv)
     try:
         work = todo(args.nbest_dirs)
         if not work:
             print(f"{PROG}: every <k>best_recog has its scores already")
             return
-        wavs = read_table(args.wav_scp)
-        for path in (args.asr_config, args.asr_model):  # before ESPnet is imported (it may print on stderr)
-            require_file(path, "file")
+        # everything that can be checked is, before ESPnet is imported (it may print on stderr) and the model runs
+        config = read_espnet_config(args.asr_config)
+        check_hypotheses(work, vocabulary_size(config, args.asr_config), args.asr_config)
+        require_file(Path(args.wav_scp), "file")
+        wavs = read_keyed(Path(args.wav_scp))
+        check_audio(work, wavs, args.wav_scp)
+        require_file(Path(args.asr_model), "file")
         from slm_lm.espnet_lm.quiet_import import quiet_espnet_import
         with quiet_espnet_import():
             from slm_lm.espnet_lm.am_scores import AmScorer
 
-        write_scores(work, AmScorer(args.asr_config, args.asr_model, args.device), wavs, args.wav_scp)
+        write_scores(work, AmScorer(config, args.asr_config, args.asr_model, args.device), wavs)
     except (InputError, OSError) as e:
         fail(PROG, e)
 

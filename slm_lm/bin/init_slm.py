@@ -43,12 +43,10 @@ def input_paths(source: Path) -> list:
 
     inputs = [source]
     if (source / model_dir.ESPNET_CONFIG).is_file() and not (source / model_dir.CONFIG_FILE).exists():
-        import yaml
-
         try:
-            config = yaml.safe_load((source / model_dir.ESPNET_CONFIG).read_text(encoding="utf-8-sig"))
+            config = model_dir.read_espnet_config(source / model_dir.ESPNET_CONFIG)
             inputs.append(model_dir.resolve_bpemodel(str(config["bpemodel"]), source))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError, TypeError, KeyError, InputError):
+        except (OSError, KeyError, InputError):
             pass  # loading the experiment names the problem
     return inputs
 

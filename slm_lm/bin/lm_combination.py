@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import decode_utf8, read_small_file
 from slm_lm.common.outputs import check_no_overlap, check_output_dir, finish_interrupted, staged_outputs
 from slm_lm.rescoring.inputs import (
     comma_list,
@@ -53,8 +54,9 @@ TABLE_FILE = "combination.md"
 def _earlier_table(out: Path) -> set:
     """{TABLE_FILE} when OUT holds the table of an earlier run (its last line is the command), else none."""
     try:
-        last = (out / TABLE_FILE).read_text(encoding="utf-8").rstrip("\n").rsplit("\n", 1)[-1]
-    except (OSError, UnicodeDecodeError):
+        table = decode_utf8(out / TABLE_FILE, read_small_file(out / TABLE_FILE, "table"))
+        last = table.rstrip("\n").rsplit("\n", 1)[-1]
+    except InputError:  # none, or not a file this command wrote (a FIFO among them)
         return set()
     return {TABLE_FILE} if last.startswith(f"`{COMMAND} ") else set()
 

@@ -141,7 +141,7 @@ def _fields(path: Path, what: str, take):
     data = read_json(path)
     try:
         return take(data)
-    except (KeyError, IndexError, TypeError, AttributeError) as e:
+    except (KeyError, IndexError, TypeError, AttributeError, argparse.ArgumentTypeError) as e:
         raise InputError(f"{path}: not a {what} output: {type(e).__name__} {e} reading it") from None
 
 
@@ -221,7 +221,8 @@ def main(argv=None):
         else:
             lam = args.lam
             if lam is None:
-                lam = read_json(model_dir.resolve(args.model) / CARD_FILE)["check"]["lambda"]
+                lam = _fields(model_dir.resolve(args.model) / CARD_FILE, "slm-model-card make",
+                              lambda card: number(float, 0)(str(card["check"]["lambda"])))
             print(json.dumps(check_figures(args.model, lam, args.dir)))
     except (InputError, OSError) as e:
         fail(COMMAND, e)

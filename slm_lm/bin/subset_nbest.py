@@ -11,9 +11,10 @@ import json
 from pathlib import Path
 
 from slm_lm.common.errors import InputError, fail
-from slm_lm.common.fileio import read_text_lines, write_atomic
+from slm_lm.common.fileio import read_json, read_text_lines, write_atomic
 from slm_lm.common.options import Parser, number
 from slm_lm.common.outputs import check_no_overlap, check_output_dir, finish_interrupted, staged_outputs
+from slm_lm.rescoring.nbest import load_nbest
 from slm_lm.rescoring.transcripts import parse_trn_line, trn_uttid
 
 COMMAND = "slm-subset-nbest"
@@ -24,8 +25,8 @@ OUTPUTS = ("raw_hypotheses", "references", RECORD)
 def _earlier_subset(dst: Path) -> set:
     """OUTPUTS when DST_DIR holds an earlier subset (its subset.json), else none."""
     try:
-        record = json.loads((dst / RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        record = read_json(dst / RECORD)
+    except InputError:  # none, or not a file this command wrote (a FIFO among them)
         return set()
     return set(OUTPUTS) if isinstance(record, dict) and "subset_of" in record else set()
 
@@ -50,6 +51,7 @@ def main(argv=None):
                 fail(COMMAND, f"{path}: not found (want SRC_DIR/raw_hypotheses/<k>best_recog/ and "
                               "SRC_DIR/references/ref_wer.trn)")
         check_no_overlap("DST_DIR", args.dst, [args.src])
+        load_nbest(args.src, trn)  # read as slm-rescore reads it: a broken set is refused, not cut silently
         finish_interrupted(args.dst, COMMAND)
         own = _earlier_subset(args.dst)
         check_output_dir("DST_DIR", args.dst, OUTPUTS, own, COMMAND)

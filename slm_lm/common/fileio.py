@@ -6,8 +6,10 @@ import codecs
 import errno
 import fcntl
 import json
+import glob
 import gzip
 import os
+import re
 import socket
 import stat
 import sys
@@ -46,14 +48,41 @@ def new_directory(path):
         raise
 
 
+def _remove_stale_temporaries(path: Path) -> None:
+    """Delete the temporary files of `path` (`.NAME.XXXXXXXX.tmp`) that a killed writer left: a live writer
+    holds a lock on its own (`atomic_open`), which ends with its process."""
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        if not _TEMPORARY.fullmatch(stale.name[len(path.name) + 1:]):
+            continue
+        try:
+            fd = os.open(stale, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # else its writer is alive: OSError, left alone
+                os.unlink(stale)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+_TEMPORARY = re.compile(r"\.[a-z0-9_]{8}\.tmp")  # what tempfile.mkstemp adds to the prefix `.NAME`
+
+
 @contextmanager
 def atomic_open(path, mode: str = "w"):
     """Open a temporary file for writing (text mode is UTF-8); on success it replaces `path`. A write refused
-    for room (a full disk, a quota, a size limit) raises an OSError naming `path`."""
+    for room (a full disk, a quota, a size limit) raises an OSError naming `path`. The temporary file is
+    locked while it is written, so that a later writer of `path` deletes those of killed runs."""
     path = Path(path)
     with new_directory(path.parent):
+        _remove_stale_temporaries(path)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        held = os.dup(fd)  # holds the lock until the file is in place
         try:
+            fcntl.flock(held, fcntl.LOCK_EX)
             with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
                 yield handle
             os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the usual permissions
@@ -64,6 +93,8 @@ def atomic_open(path, mode: str = "w"):
             if isinstance(err, OSError) and err.filename is None and err.errno in _NO_ROOM:
                 raise OSError(err.errno, err.strerror, str(path)) from None
             raise
+        finally:
+            os.close(held)
 
 
 def write_atomic(path, data) -> None:
@@ -137,6 +168,7 @@ def exclusive_dir_lock(directory, command: str):
 
 
 MAX_SMALL_FILE = 64 * 2**20  # bytes: a config, token list or tokenizer model is far smaller
+MAX_TEXT_FILE = 2**30  # bytes: a Kaldi table, N-best or transcript file read whole
 
 
 def read_small_file(path, what: str, ceiling: int = MAX_SMALL_FILE) -> bytes:
@@ -171,18 +203,36 @@ def decode_utf8(path, data: bytes) -> str:
         raise InputError(f"{path}:{line}: not UTF-8 text ({e.reason} at byte {column} of the line)") from None
 
 
-def read_text_lines(path) -> Iterator[tuple[int, str]]:
-    """(line number, line without newline) of a UTF-8 text file (gzip if named *.gz; `-`: standard input);
-    errors -> InputError naming the line."""
-    path = Path(path) if path != "-" else path
+MAX_LINE = 16 * 2**20  # bytes: a line of text (a sentence, an N-best line, a book's paragraph) is far shorter
+
+
+def _open_regular(path):
+    """A binary handle on `path`, which must be a regular file: a FIFO is opened without blocking and a
+    device, FIFO or socket refused (they would block or never end) -> InputError."""
     try:
-        handle = (sys.stdin.buffer if path == "-" else gzip.open(path, "rb") if path.suffix == ".gz"
-                  else open(path, "rb"))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
-        raise InputError(f"{path}: cannot open: {e.strerror or e}") from None
+        raise InputError(f"{path}: cannot open: {os_problem(e, path)}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise InputError(f"{path}: is a directory, not a file" if stat.S_ISDIR(mode) else
+                         f"{path}: not a regular file (a FIFO, device or socket, which may block or never end); "
+                         "give a file")
+    return os.fdopen(fd, "rb")
+
+
+def read_text_lines(path) -> Iterator[tuple[int, str]]:
+    """(line number, line without newline) of a UTF-8 text file (a regular file, gzip if named *.gz; `-`:
+    standard input); errors -> InputError naming the line, a line over MAX_LINE bytes among them."""
+    path = Path(path) if path != "-" else path
+    raw_handle = sys.stdin.buffer if path == "-" else _open_regular(path)
+    handle = gzip.GzipFile(fileobj=raw_handle, mode="rb") if path != "-" and path.suffix == ".gz" else raw_handle
     number = 0
     try:
-        for number, raw in enumerate(handle, 1):
+        for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE + 1), b""), 1):
+            if len(raw) > MAX_LINE:
+                raise InputError(f"{path}:{number}: a line of over {MAX_LINE:,} bytes; not a text file?")
             try:
                 line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as e:
@@ -193,8 +243,9 @@ def read_text_lines(path) -> Iterator[tuple[int, str]]:
         raise InputError(f"{path}:{number + 1}: cannot read: "
                          f"{os_problem(e, path) if isinstance(e, OSError) else e}") from None
     finally:
-        if handle is not sys.stdin.buffer:
+        if raw_handle is not sys.stdin.buffer:
             handle.close()
+            raw_handle.close()
 
 
 def why_not(path, what: str) -> str:

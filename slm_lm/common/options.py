@@ -3,12 +3,17 @@ status 2) and the one type of its numeric options (a finite int or float within 
 import argparse
 import math
 
-from slm_lm.common.errors import fail
+from slm_lm.common.errors import end_quietly_on_closed_stdout, fail
 
 
 class Parser(argparse.ArgumentParser):
     """argparse's parser whose errors are one line without the usage lines (see `slm_lm.common.errors.fail`), named
-    by the command (a subcommand's parser, `slm-pretrain train`, too)."""
+    by the command (a subcommand's parser, `slm-pretrain train`, too). A command that makes one ends quietly
+    when its standard output is closed by its reader (`slm_lm.common.errors.end_quietly_on_closed_stdout`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        end_quietly_on_closed_stdout()
 
     def error(self, message):
         fail(self.prog.split()[0], message)

@@ -24,7 +24,7 @@ def read_bible(bible_cmd):
     for lineno, line in enumerate(out.splitlines(), 1):
         m = VERSE.match(line)
         if not m:
-            raise InputError(f"output of `{bible_cmd}`, line {lineno}: unexpected line {line!r}")
+            raise InputError(f"output of `{bible_cmd}`:{lineno}: unexpected line {line!r}")
         verses.append((m.group("book"), int(m.group("chapter")), m.group("text")))
     if len(verses) < 30000:
         raise InputError(f"output of `{bible_cmd}`: only {len(verses)} verses, expected ~31102")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from slm_lm.common.errors import InputError
-from slm_lm.common.fileio import write_atomic
+from slm_lm.common.fileio import why_not, write_atomic
 from slm_lm.common.progress import progress_bar
 from slm_lm.data.download import fetch, get_verified, is_url, local_path, read_md5sums
 
@@ -152,13 +152,19 @@ def _fetched(item: Item, mirror) -> tuple[bytes, bytes, str]:
     else:
         base, resource, name = item.source
         with tempfile.TemporaryDirectory() as tmp:
-            fetch(base, resource, name, Path(tmp) / name, progress=False)
+            fetch(base, resource, name, Path(tmp) / name, progress=False, resume=False)
             data = (Path(tmp) / name).read_bytes()
         where = f"{base}/{resource}/{name}"
     if item.dest.endswith(".gz"):
         text = strip_gutenberg(data, where)
         return gzip.compress(text, mtime=0), text, where
     return data, data, where
+
+
+def _require_regular(path: Path) -> None:
+    """InputError unless `path`, already in the data directory, is a regular file (a FIFO would block)."""
+    if not path.is_file():
+        raise InputError(f"{path}: {why_not(path, 'file')}; it is not replaced: move it away to fetch it")
 
 
 def _text_of(path: Path, data: bytes | None = None) -> bytes:
@@ -177,12 +183,13 @@ def get(name: str, root=None, mirror=None, progress: bool = True) -> Path:
     if mirror is not None and not Path(mirror).is_dir():
         raise InputError(f"{mirror}: mirror folder not found")
     if name == "librispeech-lm":
-        return _get_lm_corpus(root, mirror)
+        return _get_lm_corpus(root, mirror, progress)
     items = DATASETS[name]()
     with progress_bar(items, desc=f"slm-data {name}", unit="file", disable=not progress) as bar:
         for item in bar:
             dest = root / item.dest
-            if dest.exists():
+            if os.path.lexists(dest):
+                _require_regular(dest)
                 if _sha256(_text_of(dest)) != item.sha256:
                     raise InputError(f"{dest}: is there and differs from its SHA-256 in the manifest "
                                      "(move it away to fetch it again)")
@@ -202,13 +209,13 @@ def _write_books_manifest(path: Path) -> None:
     """text/gutenberg_manifest.tsv (file, gutenberg_id, title, author, words), unless it is there already."""
     fields = ("file", "gutenberg_id", "title", "author", "words")
     text = "".join("\t".join(row[k] for k in fields) + "\n" for row in [dict(zip(fields, fields)), *gutenberg_books()])
-    if not path.exists():
+    if not os.path.lexists(path):
         write_atomic(path, text)
-    elif path.read_text(encoding="utf-8") != text:
+    elif _require_regular(path) or path.read_bytes() != text.encode("utf-8"):
         raise InputError(f"{path}: is there and differs from the books' manifest (move it away to write it again)")
 
 
-def _get_lm_corpus(root: Path, mirror) -> Path:
+def _get_lm_corpus(root: Path, mirror, progress: bool) -> Path:
     """librispeech-lm-norm.txt.gz from `mirror`/librispeech_lm/ or OpenSLR 11, checked against the MD5 of the
     source's md5sum.txt (the size the server announced when it has none); a copy already there is checked too."""
     dest = dataset_path("librispeech-lm", root)
@@ -216,6 +223,9 @@ def _get_lm_corpus(root: Path, mirror) -> Path:
         ("https://www.openslr.org/resources", "11")
     if not dest.exists() and not is_url(base) and not local_path(base, resource, LM_CORPUS).is_file():
         raise InputError(f"{local_path(base, resource, LM_CORPUS)}: not in the mirror")
+    if os.path.lexists(dest):
+        _require_regular(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    get_verified(base, resource, LM_CORPUS, dest, read_md5sums(base, resource, required=False), required=False)
+    get_verified(base, resource, LM_CORPUS, dest, read_md5sums(base, resource, required=False), required=False,
+                 progress=progress)
     return dest

@@ -2,6 +2,7 @@
 from pathlib import Path
 
 from slm_lm.common.errors import InputError
+from slm_lm.common.fileio import read_text_lines
 
 
 def read_subset(subset_dir):
@@ -15,18 +16,17 @@ def read_subset(subset_dir):
     if not trans_files:
         raise InputError(f"{subset_dir}: no <spk>/<chapter>/*.trans.txt files")
     for trans in trans_files:
-        with open(trans, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                parts = line.rstrip("\n").split(" ", 1)
-                if len(parts) != 2 or not parts[1].strip():
-                    raise InputError(f"{trans}, line {lineno}: expected 'UTTID TEXT', got {line!r}")
-                uttid, text = parts
-                audio = trans.parent / f"{uttid}.flac"
-                if not audio.is_file():
-                    raise InputError(f"{trans}, line {lineno}: audio {audio} is missing")
-                if uttid in utts:
-                    raise InputError(f"{trans}, line {lineno}: duplicate utterance id {uttid}")
-                utts[uttid] = (str(audio.resolve()), uttid.split("-")[0], " ".join(text.split()))
+        for lineno, line in read_text_lines(trans):
+            parts = line.split(" ", 1)
+            if len(parts) != 2 or not parts[1].strip():
+                raise InputError(f"{trans}:{lineno}: expected 'UTTID TEXT', got {line!r}")
+            uttid, text = parts
+            audio = trans.parent / f"{uttid}.flac"
+            if not audio.is_file():
+                raise InputError(f"{trans}:{lineno}: audio {audio} is missing")
+            if uttid in utts:
+                raise InputError(f"{trans}:{lineno}: duplicate utterance id {uttid}")
+            utts[uttid] = (str(audio.resolve()), uttid.split("-")[0], " ".join(text.split()))
     for audio in subset_dir.glob("*/*/*.flac"):
         if audio.stem not in utts:
             raise InputError(f"{audio}: no transcript line in {audio.parent}/*.trans.txt")

@@ -29,7 +29,7 @@ from typing import Iterator
 
 from slm_lm.common import fileio
 from slm_lm.common.errors import InputError
-from slm_lm.common.fileio import atomic_open, new_directory, read_text_lines
+from slm_lm.common.fileio import atomic_open, new_directory, read_small_file, read_text_lines
 from slm_lm.common.outputs import check_no_overlap, check_output_file
 from slm_lm.common.progress import progress_bar
 from slm_lm.data.decontaminate import ExclusionSet, NgramFilter, load_exclusion
@@ -127,9 +127,7 @@ def _read_part_meta(meta: Path) -> dict:
     JSON this driver writes."""
     redo = f"delete it (or {meta.parent}) to prepare that file again"
     try:
-        saved = json.loads(meta.read_bytes().decode("utf-8"))
-    except OSError as e:
-        raise InputError(f"{meta}: cannot read the saved state of an earlier run: {e.strerror or e}") from None
+        saved = json.loads(read_small_file(meta, "saved state of an earlier run").decode("utf-8"))
     except UnicodeDecodeError as e:
         raise InputError(f"{meta}: corrupt saved state of an earlier run (not UTF-8: {e.reason}); {redo}") from None
     except json.JSONDecodeError as e:

@@ -7,18 +7,41 @@ decoder's log-probability of the tokens and the end of sentence, the CTC log-lik
 (the number of tokens with the end of sentence). The hypotheses of one utterance go through the decoder
 and CTC as one batch over a single encoding of the utterance.
 """
+import argparse
+import warnings
+
 import numpy as np
 import torch
 from espnet2.tasks.asr import ASRTask
 from torch.nn.utils.rnn import pad_sequence
 
+from slm_lm.common.errors import InputError
+from slm_lm.model.directory import load_torch
+
+# what ESPnet's model builders raise for a config they cannot build
+_BUILD_ERRORS = (AssertionError, AttributeError, KeyError, RuntimeError, TypeError, ValueError)
+
 
 class AmScorer:
-    """An ESPnet ASR experiment (`config.yaml` + checkpoint) that scores token-id hypotheses of an utterance."""
+    """An ESPnet ASR experiment (`config.yaml` as read, `config`, + checkpoint) that scores token-id hypotheses
+    of an utterance. Unlike ESPnet's `build_model_from_file` (strict=False), every weight must match the
+    model the config describes: a checkpoint of another model is refused, not partly loaded."""
 
-    def __init__(self, asr_config: str, asr_model: str, device: str = "cpu"):
-        self.model, _ = ASRTask.build_model_from_file(asr_config, asr_model, device)
-        self.model.eval()
+    def __init__(self, config: dict, asr_config: str, asr_model: str, device: str = "cpu"):
+        try:
+            model = ASRTask.build_model(argparse.Namespace(**config))
+        except _BUILD_ERRORS as e:
+            raise InputError(f"{asr_config}: cannot build the ASR model it describes ({type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:300]})") from None
+        state = load_torch(asr_model)
+        state = state.get("module", state)  # a deepspeed checkpoint, as ESPnet takes it
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as e:
+            first = next((line.strip() for line in str(e).splitlines()[1:] if line.strip()), str(e))
+            raise InputError(f"{asr_model}: weights do not match the model of --asr-config {asr_config} "
+                             f"({first[:300]})") from None
+        self.model = model.to(device).eval()
         self.device = device
 
     @torch.no_grad()
@@ -27,6 +50,11 @@ class AmScorer:
         utterance's waveform; a model without a decoder or without CTC lacks that key."""
         if not hypotheses:
             return []
+        with warnings.catch_warnings():  # torch's deprecation of the autocast in ESPnet's own encode
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"espnet2\.")
+            return self._scores(speech, hypotheses)
+
+    def _scores(self, speech: np.ndarray, hypotheses: list[list[int]]) -> list[dict[str, float]]:
         model = self.model
         speech = torch.as_tensor(speech, dtype=torch.float32, device=self.device)[None]
         encoded, encoded_lengths = model.encode(speech, torch.tensor([speech.shape[1]], device=self.device))

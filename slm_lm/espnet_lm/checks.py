@@ -39,7 +39,7 @@ def kind_token_list(kind: str, token_list) -> list:
 def check_mask_token(kind: str, token_list, lm_conf, source: str) -> None:
     """For the kinds that use `<mask>`: the id the model will use as `<mask>` (`lm_conf` mask_id, by default
     the id before `<sos/eos>`) must hold `<mask>` in `token_list`, else `InputError`."""
-    if kind not in MASK_KINDS:
+    if kind not in MASK_KINDS or not isinstance(lm_conf or {}, dict):  # lm_config refuses an lm_conf of another type
         return
     tokens = read_token_list(token_list)
     mask_id = (lm_conf or {}).get("mask_id", -1)

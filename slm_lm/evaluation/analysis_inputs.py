@@ -4,6 +4,7 @@ sentences read from a text or sclite .trn file, the sentences that have exactly 
 from pathlib import Path
 
 from slm_lm.common.errors import InputError
+from slm_lm.common.fileio import read_text_lines
 from slm_lm.rescoring.transcripts import read_trn
 
 
@@ -12,10 +13,7 @@ def read_sentences(path) -> list:
     path = Path(path)
     if path.suffix == ".trn":
         return list(read_trn(path).values())
-    try:
-        return [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read: {e}") from None
+    return [line.strip() for _, line in read_text_lines(path)]
 
 
 def exact_length(scorers, sentences: list, length: int, limit: int | None = None) -> list:

@@ -13,8 +13,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from slm_lm.common.errors import InputError, os_problem
-from slm_lm.common.fileio import write_atomic
+from slm_lm.common.errors import InputError
+from slm_lm.common.fileio import read_text_lines, write_atomic
 from slm_lm.data.text_norm import normalize_librispeech
 from slm_lm.scoring.cache import LocatedScorer, lm_scores
 
@@ -75,13 +75,7 @@ def read_paradigm(path, limit: int | None = None) -> list:
     """The pairs of one `<paradigm>.jsonl` file (the first `limit` ones), every line checked."""
     path = Path(path)
     pairs, seen = [], {}
-    try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {os_problem(e, path)}") from None
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}: cannot read: {e}") from None
-    for number, line in enumerate(lines, 1):
+    for number, line in read_text_lines(path):
         if limit is not None and len(pairs) == limit:
             break
         where = f"{path}:{number}"

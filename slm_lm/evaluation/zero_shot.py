@@ -71,6 +71,10 @@ def parse_label_words(spec: str) -> dict[str, str]:
             raise InputError(f"--labels: cannot parse {item!r} (want label=word,... or word,...)")
         if label in words:
             raise InputError(f"--labels: label {label!r} given twice")
+        same = next((other for other, known in words.items() if single_spaced(known) == single_spaced(word)), None)
+        if same is not None:
+            raise InputError(f"--labels: labels {same!r} and {label!r} have the same word {word!r}: every "
+                             "prediction would tie; give each label its own word")
         words[label] = word
     if len(words) < 2:
         raise InputError(f"--labels: {spec!r}: want at least two labels")
@@ -130,6 +134,9 @@ def classify(examples: list[Example], patterns: list[str], words: dict[str, str]
     for pattern in patterns:
         scores = np.array([[table[fill(pattern, e.text, words[lab])] for lab in labels] for e in examples])
         empty = np.array([table[fill(pattern, "", words[lab])] for lab in labels])
+        if (scores == scores[:, :1]).all():
+            raise InputError(f"--pattern {pattern!r}: every label word gets the same score in every example "
+                             f"({', '.join(words.values())} read alike to the model?): no prediction can be made")
         results.append(PatternResult(pattern, scores, empty, [labels[i] for i in scores.argmax(1)],
                                      [labels[i] for i in (scores - empty).argmax(1)]))
     return results

@@ -78,11 +78,13 @@ def _train(text: Path, out_dir: Path, vocab_size: int, input_sentence_size: int,
             spm.SentencePieceTrainer.train(
                 input=str(text), model_prefix=str(prefix), vocab_size=vocab_size, model_type=model_type,
                 character_coverage=1.0, input_sentence_size=input_sentence_size,
-                shuffle_input_sentence=True, num_threads=num_threads, minloglevel=1,
+                shuffle_input_sentence=True, num_threads=num_threads,
+                minloglevel=2,  # no WARNING lines before the error: a failure raises, and is reported in one line
                 unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
             )
-        except RuntimeError as e:
-            raise InputError(f"{text}: sentencepiece training failed: {e}") from None
+        except RuntimeError as e:  # "Internal: src/trainer_interface.cc(662) [CHECK] Vocabulary size too high ..."
+            reason = re.sub(r"^.*\) \[.*?\] ", "", " ".join(str(e).split()))
+            raise InputError(f"{text}: sentencepiece training failed: {reason}") from None
         try:
             sp = spm.SentencePieceProcessor(model_file=str(prefix) + ".model")
         except RuntimeError:  # sentencepiece does not report a failed write (a full disk): the file is cut short

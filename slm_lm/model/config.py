@@ -96,6 +96,8 @@ class LMConfig:
 def lm_config(kind: str, vocab_size: int, lm_conf: dict, where: str) -> LMConfig:
     """The `LMConfig` that ESPnet's `--lm kind --lm_conf ...` describes (`size` and any field as an override);
     bad keys or values raise `InputError` naming `where`."""
+    if not isinstance(lm_conf, dict):
+        raise InputError(f"{where}: lm_conf is {lm_conf!r}, not a mapping of the LM's options")
     allowed = {"size"} | {f.name for f in fields(LMConfig)} - {"kind", "vocab_size"}
     unknown = sorted(set(lm_conf) - allowed)
     if unknown:

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from slm_lm import pretrained
-from slm_lm.common.errors import InputError
+from slm_lm.common.errors import InputError, yaml_problem
 from slm_lm.common.fileio import check_readable, decode_utf8, read_json, read_small_file, why_not, write_atomic
 from slm_lm.model.config import KINDS, MASK_KINDS, LMConfig, lm_config
 from slm_lm.model.hf_tokenizer import HFTokenizer
@@ -273,7 +273,7 @@ def read_espnet_config(path) -> dict:
     try:
         config = yaml.safe_load(decode_utf8(path, read_small_file(path, "ESPnet config")))
     except yaml.YAMLError as e:
-        raise InputError(f"{path}: cannot read the ESPnet config: {e}") from None
+        raise InputError(f"{yaml_problem(e, path)} (cannot read the ESPnet config)") from None
     if not isinstance(config, dict):
         raise InputError(f"{path}: not an ESPnet config (expected a YAML mapping)")
     if not isinstance(config.get("lm_conf") or {}, dict):

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from slm_lm.common.errors import InputError, os_problem
-from slm_lm.common.fileio import atomic_open, read_text_lines
+from slm_lm.common.fileio import MAX_TEXT_FILE, atomic_open, read_small_file, read_text_lines
 from slm_lm.common.progress import progress_bar
 from slm_lm.model.tokenizer import Tokenizer
 
@@ -103,12 +103,15 @@ def read_ids(path, tokenizer: Tokenizer | None = None) -> np.ndarray:
     """The ids of an `.ids.xz` corpus as written (uint16, each sentence followed by 0), checked as `load_corpus`
     says."""
     path = Path(path)
+    data = read_small_file(path, "encoded corpus", MAX_TEXT_FILE)
     try:
-        data = path.read_bytes()
-        array = np.frombuffer(lzma.decompress(data), dtype="<u2")
-    except (OSError, lzma.LZMAError) as e:
-        reason = os_problem(e, path) if isinstance(e, OSError) else e
-        raise InputError(f"{path}: cannot read the encoded corpus: {reason}") from None
+        raw = lzma.decompress(data)
+    except lzma.LZMAError as e:
+        raise InputError(f"{path}: cannot read the encoded corpus: {e}") from None
+    if len(raw) % 2:
+        raise InputError(f"{path}: {len(raw):,} bytes once decompressed, an odd number: not an encoded corpus "
+                         "(2-byte token ids)")
+    array = np.frombuffer(raw, dtype="<u2")
     if len(array) == 0 or array[-1] != 0:
         raise InputError(f"{path}: not an encoded corpus (must end with a 0 separator)")
     if tokenizer is not None:

@@ -17,17 +17,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from slm_lm.common.errors import InputError, os_problem
+from slm_lm.common.fileio import check_readable, exclusive_dir_lock, new_directory, read_text_lines, write_atomic
+from slm_lm.common.outputs import check_output_dir, finish_interrupted, staged_outputs
+from slm_lm.common.progress import progress_bar
 from slm_lm.model import directory as model_dir
 from slm_lm.model.config import LMConfig
-from slm_lm.common.errors import InputError, os_problem
-from slm_lm.common.fileio import exclusive_dir_lock, new_directory, write_atomic
 from slm_lm.model.kinds import model_from_config
-from slm_lm.common.outputs import check_output_dir, finish_interrupted, staged_outputs
 from slm_lm.model.precision import autocast, resolve_dtype
-from slm_lm.common.progress import progress_bar
+from slm_lm.model.tokenizer import Tokenizer
 from slm_lm.pretrain.corpus import batches, collate, load_corpus
 from slm_lm.pretrain.schedule import Budget, learning_rate
-from slm_lm.model.tokenizer import Tokenizer
 
 COMMAND = "slm-pretrain"
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -139,7 +139,7 @@ def curve_rows(path, updates: int) -> list:
     in it: a row written after the checkpoint, by a run killed before its next one, is dropped)."""
     if not path.exists():
         return []
-    rows = path.read_text(encoding="utf-8").splitlines()[1:]
+    rows = [line for number, line in read_text_lines(path) if number > 1]
     return [row for row in rows if row.count("\t") == 4 and row.split("\t")[1].isdigit()
             and int(row.split("\t")[1]) <= updates]
 
@@ -186,11 +186,13 @@ def save_checkpoint(path, model, optimizer, state: dict, rng: dict | None = None
 
 def read_checkpoint(path, device) -> dict:
     """The checkpoint saved by `save_checkpoint` (weights only: no code runs); unreadable -> InputError."""
+    check_readable(path)  # a regular file with content: an empty one would say nothing (EOFError)
     try:
         return torch.load(path, map_location=device, weights_only=True)
     except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError) as e:
-        raise InputError(f"{path}: cannot read the checkpoint: "
-                         f"{os_problem(e, path) if isinstance(e, OSError) else e}") from None
+        reason = os_problem(e, path) if isinstance(e, OSError) else (str(e).strip().splitlines() or [""])[0]
+        raise InputError(f"{path}: cannot read the checkpoint, truncated or garbled? ({type(e).__name__}"
+                         f"{': ' + reason if reason else ''}); move it away to train from the start") from None
 
 
 def check_identity(path, saved: dict, identity: dict) -> None:

@@ -45,6 +45,8 @@ def _fairseq_lines(path: Path) -> dict[str, dict[str, list[tuple[str, str]]]]:
     """{id: {"H"/"D"/"P": [(rest of line, where), ...]}} of a fairseq-generate output file."""
     rows: dict[str, dict[str, list]] = {}
     for lineno, line in read_text_lines(path):
+        if "|||" in line:
+            raise InputError(f"{path}:{lineno}: a Moses n-best line in a fairseq-generate file; one format per file")
         match = _FAIRSEQ_LINE.match(line)
         if match and match.group(1) in "HDP":
             kind, sent_id, rest = match.groups()

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slm_lm.common.errors import InputError
-from slm_lm.common.fileio import decode_utf8
+from slm_lm.common.fileio import MAX_TEXT_FILE, decode_utf8, read_small_file
 from slm_lm.rescoring.transcripts import read_keyed, read_located_refs, read_nonblank_lines, require_file, single_spaced
 
 _RANK_DIR = re.compile(r"^([1-9][0-9]*)best_recog$")
@@ -271,7 +271,7 @@ def read_mlm_json(path: str | Path, nbest: int | None = None):
     """
     path = Path(path)
     require_file(path, "N-best JSON file")
-    raw = decode_utf8(path, path.read_bytes())
+    raw = decode_utf8(path, read_small_file(path, "N-best JSON file", MAX_TEXT_FILE))
     try:
         data = json.loads(raw, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as err:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from slm_lm.common.errors import InputError
-from slm_lm.common.fileio import save_png, write_atomic
+from slm_lm.common.fileio import read_json, save_png, write_atomic
 from slm_lm.common.outputs import check_output_dir, finish_interrupted, staged_outputs
 from slm_lm.rescoring.scored_set import ScoredSet
 from slm_lm.rescoring.weight_search import DEFAULT_ALPHA_GRID, MAX_SEARCH_POINTS, TuneResult, Weights, grid_errors
@@ -214,11 +214,11 @@ def _previous_outputs(out_dir: Path) -> set[str] | None:
     """Names of the outputs of an earlier run in ``out_dir`` (its files and the sets its tuning.json
     lists); None when ``out_dir`` holds no tuning.json of slm-rescore."""
     try:
-        record = json.loads((out_dir / "tuning.json").read_text(encoding="utf-8"))
+        record = read_json(out_dir / "tuning.json")  # a regular file: a FIFO there would block
         names = {s["name"] for s in record["sets"]}
         if not isinstance(record.get("grid"), list) or "best" not in record:
             raise ValueError
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):  # InputError (none, or not a JSON file) is a ValueError
         return None
     return set(OUTPUT_FILES) | {n for n in names if isinstance(n, str) and _SAFE_NAME.fullmatch(n)}
 

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from slm_lm.common.errors import InputError
-from slm_lm.common.fileio import atomic_open, decode_utf8, why_not
+from slm_lm.common.fileio import MAX_TEXT_FILE, atomic_open, decode_utf8, read_small_file, why_not
 
 _TRN_LINE = re.compile(r"^(.*)\(([^()\s]+)\)\s*$")
 
@@ -23,7 +23,7 @@ def require_file(path: Path, what: str) -> None:
 
 def read_nonblank_lines(path: Path) -> list[tuple[int, str]]:
     """(line number, line without newline) for the non-blank lines of a UTF-8 file."""
-    text = decode_utf8(path, path.read_bytes())
+    text = decode_utf8(path, read_small_file(path, "text file", MAX_TEXT_FILE))
     return [(i, line.rstrip("\r")) for i, line in enumerate(text.split("\n"), 1) if line.strip()]
 
 

@@ -53,17 +53,18 @@ def word_errors(refs: list[str], hyps: list[str]) -> np.ndarray:
     return np.array([a.errors for a in align_words(refs, hyps)], dtype=np.int64)
 
 
-def align_transcripts(refs: dict[str, str], hyps: dict[str, str], where) -> list[Alignment]:
+def align_transcripts(refs: dict[str, str], hyps: dict[str, str], where, ref_lines=None) -> list[Alignment]:
     """The alignment of each utterance's hypothesis with its reference, in sorted utterance order;
-    ``where`` (the hypotheses' file) names an input error: other utterances than the references, an
-    empty reference."""
+    ``where`` (the hypotheses' file) names an input error: other utterances than the references; an empty
+    reference is named at its line (``ref_lines``: {uttid: "FILE:LINE"}) when it is known."""
     if set(refs) != set(hyps):
         odd = sorted(set(refs) ^ set(hyps))[:3]
         raise InputError(f"{where}: utterances differ from the references, e.g. {odd}")
     keys = sorted(refs)
     for k in keys:
         if not refs[k]:
-            raise InputError(f"{where}: empty reference for {k}")
+            raise InputError(f"{ref_lines[k]}: empty reference for {k}" if ref_lines else
+                             f"{where}: empty reference for {k}")
     return align_words([refs[k] for k in keys], [hyps[k] for k in keys])
 
 

@@ -22,15 +22,15 @@ first, and only the clm kind is accepted: the others are bidirectional). The ``s
 One thread per job. Every finished utterance is appended to ``<out>/partial.jsonl``, so a killed job
 resumes where it stopped; the final files are written atomically once all its utterances are done.
 """
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import yaml
 
-from slm_lm.common.errors import InputError, fail
-from slm_lm.common.fileio import write_atomic
+from slm_lm.common.errors import InputError, fail, yaml_problem
+from slm_lm.common.fileio import decode_utf8, read_small_file, read_text_lines, write_atomic
+from slm_lm.common.options import Parser, number
 from slm_lm.common.progress import progress_bar
 from slm_lm.rescoring.transcripts import read_table
 
@@ -43,18 +43,31 @@ def read_partial(path):
     done = {}
     if not path.exists():
         return done
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for lineno, line in enumerate(lines, 1):
+    lines = list(read_text_lines(path))
+    for lineno, line in lines:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
             if lineno == len(lines):
-                print(f"{path}, line {lineno}: incomplete record of an interrupted run, "
+                print(f"{path}:{lineno}: incomplete record of an interrupted run, "
                       "decoding that utterance again", file=sys.stderr)
                 break
-            raise InputError(f"{path}, line {lineno}: not a JSON record") from None
+            raise InputError(f"{path}:{lineno}: not a JSON record") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("uttid"), str):
+            raise InputError(f"{path}:{lineno}: not a record of this script (no 'uttid')")
         done[rec["uttid"]] = rec
     return done
+
+
+def read_decode_config(path) -> dict:
+    """The Speech2Text options of a decode config: a YAML mapping in a regular file (empty: none)."""
+    try:
+        conf = yaml.safe_load(decode_utf8(path, read_small_file(path, "decode config"))) or {}
+    except yaml.YAMLError as e:
+        raise InputError(f"{yaml_problem(e, path)} (a decode config, read with yaml.safe_load)") from None
+    if not isinstance(conf, dict):
+        raise InputError(f"{path}: not a mapping of Speech2Text options")
+    return conf
 
 
 def decode(args, uttids, out):
@@ -71,8 +84,7 @@ def decode(args, uttids, out):
     todo = [u for u in uttids if u not in done]
     if not todo:
         return done
-    with open(args.decode_config, encoding="utf-8") as f:
-        conf = yaml.safe_load(f) or {}
+    conf = read_decode_config(args.decode_config)
     if args.lm_config:  # shallow fusion with an slm_lm clm (its weight: lm_weight of the decode config)
         from slm_lm.espnet_lm.registry import register_kinds
 
@@ -171,7 +183,7 @@ def merge(out, njobs, uttids):
 
 def main(argv=None):
     """Command line: decode one shard of a data directory, or merge the shards' outputs."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(prog="decode_nbest.py", description=__doc__.split("\n")[0])
     p.add_argument("--asr-config")
     p.add_argument("--asr-model")
     p.add_argument("--decode-config", help="YAML of Speech2Text options (beam_size, nbest...)")
@@ -179,7 +191,7 @@ def main(argv=None):
     p.add_argument("--keys", help="the utterances to decode, one a line (first column; default: all)")
     p.add_argument("--out", required=True)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--merge", type=int, metavar="N", help="merge <out>/logdir/output.1..N instead")
+    p.add_argument("--merge", type=number(int, 1), metavar="N", help="merge <out>/logdir/output.1..N instead")
     p.add_argument("--lm-config", help="shallow-fusion LM: an ESPnet LM exp's config.yaml (slm_lm clm or ESPnet's)")
     p.add_argument("--lm-file", help="its weights (with --lm-config)")
     args = p.parse_args(argv)
@@ -207,9 +219,8 @@ def main(argv=None):
         from slm_lm.bin.asr_inference import check_fusion_lm
 
         check_fusion_lm(args.lm_config, args.asr_config)
-        with open(args.decode_config, encoding="utf-8") as f:
-            if not (yaml.safe_load(f) or {}).get("lm_weight", 1.0):
-                raise InputError(f"{args.decode_config}: lm_weight is 0, so --lm-config would not be used: "
+        if not read_decode_config(args.decode_config).get("lm_weight", 1.0):
+            raise InputError(f"{args.decode_config}: lm_weight is 0, so --lm-config would not be used: "
                                  "give a decode config with lm_weight > 0")
     uttids = sorted(wavs)
     if args.keys:
@@ -217,8 +228,7 @@ def main(argv=None):
         unknown = [u for u in uttids if u not in wavs]
         if unknown:
             raise InputError(f"{args.keys}: {len(unknown)} keys are not in {data}/wav.scp, e.g. {unknown[:3]}")
-    with open(args.decode_config, encoding="utf-8") as f:
-        nbest = int((yaml.safe_load(f) or {}).get("nbest", 1))
+    nbest = int(read_decode_config(args.decode_config).get("nbest", 1))
     records = decode(args, uttids, out)
     write_layout(out, {u: records[u] for u in uttids}, nbest)
     print(f"{out}: {len(uttids)} utterances, up to {nbest} hypotheses each")
@@ -227,5 +237,5 @@ def main(argv=None):
 if __name__ == "__main__":
     try:
         main()
-    except InputError as e:
+    except (InputError, OSError) as e:
         fail("decode_nbest.py", e)

@@ -111,9 +111,9 @@ def main(argv=None):
         sums = read_md5sums(mirror, "12", required=True)
         for part in todo:
             archive = root / "archives" / f"{part}.tar.gz"
-            get_verified(mirror, "12", f"{part}.tar.gz", archive, sums, required=True)
+            downloaded = get_verified(mirror, "12", f"{part}.tar.gz", archive, sums, required=True)
             unpack(archive, part, root)
-            if not args.keep_archives:
+            if downloaded and not args.keep_archives:  # an archive that was there (yours) stays
                 archive.unlink()
     for part in args.parts:
         print(f"{root / 'LibriSpeech' / part}: ready")

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from slm_lm.common.errors import InputError, fail
-from slm_lm.common.fileio import write_atomic
+from slm_lm.common.fileio import decode_utf8, read_small_file, write_atomic
 from slm_lm.common.outputs import check_no_overlap, check_output_file
 from slm_lm.rescoring.nbest import read_espnet_nbest
 from slm_lm.rescoring.scored_set import am_score, parse_am_weights
@@ -84,8 +84,8 @@ def read_tuning(rdir):
     if not path.is_file():
         raise InputError(f"{path}: missing; --rescored wants a slm-rescore output directory")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))["best"]
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        return json.loads(decode_utf8(path, read_small_file(path, "tuning.json")))["best"]
+    except (ValueError, KeyError, TypeError) as e:  # InputError (a FIFO, not UTF-8) is a ValueError
         raise InputError(f"{path}: not a tuning.json of slm-rescore ({type(e).__name__}: {e})") from None
 
 

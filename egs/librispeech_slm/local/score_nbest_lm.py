@@ -11,11 +11,12 @@ cache directory, so a killed job resumes. ``--merge N`` adds the scores of ``<lo
 ``cache.N`` to ``--cache``, the cache that ``slm-rescore --cache`` reads: rescoring then scores
 nothing itself and its outputs are those of an unsharded run.
 """
-import argparse
 import json
 from pathlib import Path
 
-from slm_lm.common.errors import InputError, fail, os_problem
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import read_text_lines
+from slm_lm.common.options import Parser, number
 from slm_lm.data.text_norm import normalize_librispeech
 from slm_lm.rescoring.nbest import load_nbest, normalize_nbest
 from slm_lm.scoring.cache import LMScoreCache, lm_scores
@@ -23,10 +24,7 @@ from slm_lm.scoring.cache import LMScoreCache, lm_scores
 
 def read_keys(path):
     """Utterance ids of a key file (first column of each line)."""
-    try:
-        return {line.split()[0] for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()}
-    except OSError as e:
-        raise InputError(f"{path}: cannot read the key file: {os_problem(e, path)}") from None
+    return {line.split()[0] for _, line in read_text_lines(path) if line.strip()}
 
 
 def score_shard(args):
@@ -59,8 +57,8 @@ def merge(args):
             raise InputError(f"{logdir}/cache.{n}: no scores (did scoring job {n} run?)")
         for path in files:
             try:
-                model = json.loads(path.read_text(encoding="utf-8").split("\n", 1)[0])["model"]
-            except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
+                model = json.loads(next(line for _, line in read_text_lines(path)))["model"]
+            except (json.JSONDecodeError, KeyError, TypeError, StopIteration):
                 raise InputError(f"{path}:1: not an LM score cache") from None
             per_model.setdefault(model, {}).update(LMScoreCache(path.parent, model).scores)
     for model, scores in per_model.items():
@@ -71,13 +69,13 @@ def merge(args):
 
 def main(argv=None):
     """Command line: score one shard, or merge the shards' caches."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(prog="score_nbest_lm.py", description=__doc__.split("\n")[0])
     p.add_argument("--lm", help="LM spec (as slm-rescore --lm)")
-    p.add_argument("--nbest", type=int, default=None, help="use ranks 1..N (default: all)")
+    p.add_argument("--nbest", type=number(int, 1), default=None, help="use ranks 1..N (default: all)")
     p.add_argument("--keys", help="key file of the shard")
     p.add_argument("--device", default=None)
     p.add_argument("--cache", required=True, help="score cache directory to write")
-    p.add_argument("--merge", type=int, metavar="N", help="merge <logdir>/cache.1..N into --cache")
+    p.add_argument("--merge", type=number(int, 1), metavar="N", help="merge <logdir>/cache.1..N into --cache")
     p.add_argument("nbest_dirs", nargs="+", help="N-best directories (with --merge: the logdir)")
     args = p.parse_args(argv)
     if args.merge:
@@ -91,5 +89,5 @@ def main(argv=None):
 if __name__ == "__main__":
     try:
         main()
-    except InputError as e:
+    except (InputError, OSError) as e:
         fail("score_nbest_lm.py", e)

@@ -6,12 +6,12 @@ in ``<dir>/score_cer/`` (characters, ``<space>`` for a space, as asr.sh's score_
 
     score_wer.py --data data/dev_clean exp/asr_x/decode_asr_beam10_asr_model_valid.acc.ave/dev_clean
 """
-import argparse
 from pathlib import Path
 
 from slm_lm.common.errors import InputError, fail
 from slm_lm.common.fileio import write_atomic
-from slm_lm.rescoring.transcripts import read_text
+from slm_lm.common.options import Parser
+from slm_lm.rescoring.transcripts import read_keyed, read_text, single_spaced
 from slm_lm.rescoring.wer import align_transcripts, char_tokens, wer_columns, wer_table
 
 
@@ -34,22 +34,23 @@ def check_outputs(decode, data):
 
 def score_dir(decode, data):
     """Write text, score_wer/{ref,hyp}.trn and score_wer/result.txt of one decoded set; return its counts."""
-    refs = read_text(data / "text")
+    located = read_keyed(data / "text")
+    refs, ref_lines = {u: single_spaced(v) for u, (v, _) in located.items()}, {u: w for u, (_, w) in located.items()}
     spk = read_text(data / "utt2spk") if (data / "utt2spk").is_file() else {}
     hyps = read_text(decode / "1best_recog" / "text")
-    c = wer_columns(align_transcripts(refs, hyps, decode / "1best_recog" / "text"))
+    c = wer_columns(align_transcripts(refs, hyps, decode / "1best_recog" / "text", ref_lines))
     write_atomic(decode / "text", "".join(f"{u} {hyps[u]}".rstrip() + "\n" for u in sorted(hyps)))
     write_atomic(decode / "score_wer" / "ref.trn", trn(refs, spk))
     write_atomic(decode / "score_wer" / "hyp.trn", trn(hyps, spk))
     write_atomic(decode / "score_wer" / "result.txt", "\n".join(wer_table(f"WER, {decode.name}", [("Sum/Avg", c)])))
-    score_cer(decode, refs, hyps, spk)
+    score_cer(decode, refs, hyps, spk, ref_lines)
     return c
 
 
-def score_cer(decode, refs, hyps, spk):
+def score_cer(decode, refs, hyps, spk, ref_lines):
     """Write score_cer/{ref,hyp}.trn and score_cer/result.txt (ESPnet's CER table) of one decoded set."""
     refs, hyps = char_tokens(refs), char_tokens(hyps)
-    c = wer_columns(align_transcripts(refs, hyps, decode / "1best_recog" / "text"))
+    c = wer_columns(align_transcripts(refs, hyps, decode / "1best_recog" / "text", ref_lines))
     write_atomic(decode / "score_cer" / "ref.trn", trn(refs, spk))
     write_atomic(decode / "score_cer" / "hyp.trn", trn(hyps, spk))
     write_atomic(decode / "score_cer" / "result.txt", "\n".join(wer_table(f"CER, {decode.name}", [("Sum/Avg", c)])))
@@ -57,7 +58,7 @@ def score_cer(decode, refs, hyps, spk):
 
 def main(argv=None):
     """Command line: score the given decoding directories against one data directory."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(prog="score_wer.py", description=__doc__.split("\n")[0])
     p.add_argument("--data", required=True, help="data directory with text (and utt2spk)")
     p.add_argument("dirs", nargs="+", help="decoding directories with 1best_recog/text")
     args = p.parse_args(argv)
@@ -71,5 +72,5 @@ def main(argv=None):
 if __name__ == "__main__":
     try:
         main()
-    except InputError as e:
+    except (InputError, OSError) as e:
         fail("score_wer.py", e)
