@@ -1,6 +1,5 @@
 """BLiMP evaluation: reading the real files, judging pairs (ties = errors), table and CLI."""
 import json
-from pathlib import Path
 
 import pytest
 import torch

@@ -386,7 +386,6 @@ def test_a_failure_while_writing_outputs_leaves_the_previous_run_untouched(model
 def test_normalising_the_shared_dev_other_lists_changes_wer_as_the_readme_says():
     """README: the normaliser changes 33 of 28,640 dev_other hypotheses and 1 reference (word-final
     apostrophes); AM-only / oracle WER 4.02 / 2.01 raw, 4.01 / 2.00 normalised."""
-    from pathlib import Path
 
     from slm_lm.rescoring.nbest import normalize_nbest
     from slm_lm.rescoring.report import set_report

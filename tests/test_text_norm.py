@@ -1,7 +1,6 @@
 """normalize_librispeech: LibriSpeech-style upper-case words; numbers, abbreviations, accents."""
 import gzip
 import re
-from pathlib import Path
 
 import pytest
 

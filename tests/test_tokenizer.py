@@ -1,6 +1,5 @@
 """BPE training, ESPnet token list, Tokenizer encode/decode and their errors."""
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
