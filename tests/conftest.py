@@ -10,6 +10,7 @@ used as the mirror of `slm-data get` by the `fetched_data` fixture, so that the 
 Under pytest-xdist (`local/run_tests.sh`) each worker, and each command a test starts, gets its share of the CPU
 cores as torch/OpenMP threads.
 """
+import fcntl
 import os
 import subprocess
 import sys
@@ -80,7 +81,10 @@ def installed(tmp_path_factory) -> Path:
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                check=True, capture_output=True, text=True).stdout.strip())
     (site / "base_env.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--ignore-installed",
-                    "--prefix", str(root / "venv"), str(REPO)], check=True)
+    # pip builds in the checkout (build/, *.egg-info): one build at a time among the xdist workers of this run
+    with open(tmp_path_factory.getbasetemp().parent / "installed.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                        "--ignore-installed", "--prefix", str(root / "venv"), str(REPO)], check=True)
     assert (site / "slm_lm_espnet_hook.pth").is_file()
     return python
