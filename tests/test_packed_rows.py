@@ -10,7 +10,7 @@ import torch
 
 from slm_lm import backbone, build_lm
 from slm_lm.config import KINDS
-from slm_lm.pretrain import PackedRows, pack_rows
+from slm_lm.pretrain import PackedRows, Sentences, pack_rows
 
 V = 13  # tiny vocabulary: 0 pad, 1 unk, 2..10 pieces, 11 <mask>, 12 <sos/eos>
 EOS = V - 1
@@ -31,8 +31,8 @@ def padded(sentences, device):
 def packed(sentences, device):
     """The sentences packed in order into rows of ROW tokens, all rows one batch; each sentence's
     (row, first column)."""
-    rows = pack_rows(np.array([len(s) + 2 for s in sentences]), ROW)
-    batch = PackedRows([np.array(s) for s in sentences], rows, ROW, len(rows), EOS, device)
+    rows = pack_rows([len(s) + 2 for s in sentences], ROW)
+    batch = PackedRows(Sentences([np.array(s, dtype=np.int64) for s in sentences], device), rows, ROW, len(rows), EOS)
     assert len(batch) == 1
     where = {}
     for r, row in enumerate(rows):
@@ -135,12 +135,12 @@ def test_a_mask_that_lets_one_sentence_see_another_is_caught(kind, device, monke
 def test_every_sentence_once_per_epoch_whole_in_rows_of_one_shape():
     rng = np.random.default_rng(0)
     sentences = [rng.integers(2, 11, size=rng.integers(0, 40)) for _ in range(500)]
-    lengths = np.array([min(len(s), 30) + 2 for s in sentences])
+    lengths = [min(len(s), 30) + 2 for s in sentences]
     rows = pack_rows(lengths, 32, random.Random(3))
     assert sorted(i for row in rows for i in row) == list(range(500))
     assert all(sum(lengths[i] for i in row) <= 32 for row in rows)
     assert pack_rows(lengths, 32, random.Random(3)) == rows != pack_rows(lengths, 32, random.Random(4))
-    epoch = PackedRows(sentences, rows, 32, 8, EOS, "cpu")
+    epoch = PackedRows(Sentences(sentences), rows, 32, 8, EOS)
     assert epoch.tokens.shape == epoch.sentences.shape == (len(epoch), 8, 32) and len(epoch) == -(-len(rows) // 8)
     assert sum(lengths) / (len(rows) * 32) > 0.9  # rows are nearly full
     found = []
@@ -151,7 +151,7 @@ def test_every_sentence_once_per_epoch_whole_in_rows_of_one_shape():
             assert row[0] == row[-1] == EOS and EOS not in row[1:-1]
             found.append(tuple(row[1:-1]))
     assert sorted(found) == sorted(tuple(s[:30]) for s in sentences)  # each once, whole (cut to the row only)
-    assert sum(epoch.predicted) == sum(lengths - 1)
+    assert sum(epoch.predicted) == sum(lengths) - len(lengths)
     positions = backbone.sentence_positions(epoch.sentences[0].long())
     starts = (positions == 0) & (epoch.sentences[0] != backbone.PADDING)
     assert torch.all(epoch.tokens[0][starts] == EOS)  # every sentence's position 0 is its <s>

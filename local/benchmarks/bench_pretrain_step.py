@@ -15,7 +15,8 @@ clipping and AdamW, each kind and path from the same initial weights:
   compiled  the packed step compiled (`--compile`: forward and backward, fullgraph, one shape); its compile time
             is printed
 
-Paths and kinds take turns, `--group` steps at a time (on CUDA the group is timed from one synchronisation to the
+Each --widths x --tokens configuration is measured in turn (the JSON is written after each). Paths and kinds
+take turns, `--group` steps at a time (on CUDA the group is timed from one synchronisation to the
 next, so a step that need not wait for the device can queue the next); the figure is the median over `--rounds`
 groups after one warm-up group. Tokens/s counts real tokens (each sentence's pieces, `<s>` and `</s>`; no
 padding). Model FLOP/s = 6 x parameters x tokens/s; MFU against the `--dtype` n x n matmul peak measured in the
@@ -46,19 +47,35 @@ from slm_lm.fileio import write_atomic
 from slm_lm.models import model_from_config
 from slm_lm.precision import autocast
 from slm_lm.pretrain import PretrainSettings
-from slm_lm.pretrain.trainer import _TrainingRun
+from slm_lm.pretrain.trainer import _TrainingRun, training_data
 from slm_lm.throughput import add_shape_options, kind_list, matmul_tflops, shape_overrides, synchronize
 
 PATHS = ("padded", "packed", "compiled")
 
 
+def int_list(text: str) -> list:
+    """A comma-separated list of positive integers (an argparse `type`)."""
+    try:
+        values = [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a comma-separated list of integers") from None
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: every number must be 1 or more")
+    return values
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="train.ids.xz, valid.ids.xz, bpe.model, tokens.txt")
+    p.add_argument("--sentences", type=int, default=0, help="train on the first N sentences only (0: all)")
     p.add_argument("--kinds", type=kind_list, default="slm,clm", help="comma-separated LM kinds")
     add_shape_options(p, size="mini")
     p.add_argument("--max-positions", type=int, default=256)
-    p.add_argument("--tokens", type=int, default=4096, help="tokens per batch, padding included")
+    p.add_argument("--tokens", type=int_list, default="4096",
+                   help="tokens per batch, padding included; comma-separated: each measured")
+    p.add_argument("--widths", type=int_list, default="",
+                   help="comma-separated d_model of the shapes measured (heads of 64, d_ff 4 x d_model; default: "
+                        "the --size shape)")
     p.add_argument("--row-tokens", type=int, default=0, help="tokens per packed row (default: --max-positions)")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--compile", action="store_true", help="also time the compiled packed step")
@@ -107,7 +124,8 @@ def collate(sentences: list, index: list, sos_eos: int, max_positions: int):
 
 
 class PaddedPath:
-    """The padded step on its own copy of the model (same initial weights) and a foreach (CUDA: fused) AdamW."""
+    """The padded step on its own copy of the model (same initial weights) and a foreach (CUDA: fused) AdamW;
+    the batches' `real` tokens."""
 
     def __init__(self, run: _TrainingRun, max_tokens: int):
         torch.manual_seed(run.settings.seed)
@@ -153,8 +171,7 @@ class PackedPath:
         self.epoch = run.epoch_rows(0)
         synchronize(run.device)
         self.packing = time.perf_counter() - began
-        real = (self.epoch.sentences != PADDING).flatten(1).sum(dim=1)
-        self.real = real.tolist()
+        self.real = (self.epoch.sentences != PADDING).flatten(1).sum(dim=1).tolist()
 
     def step(self, i: int) -> None:
         self.run.update(self.epoch, i % len(self.epoch))
@@ -167,15 +184,75 @@ class PackedPath:
         return counter.get_total_flops() / self.real[0]
 
 
-def training_run(args, kind: str, path: str, out: Path) -> _TrainingRun:
-    """A `_TrainingRun` of `kind` as slm-pretrain would start it with these options (compiled for `path` compiled)."""
-    model_args = dict(SIZES[args.size], dropout=args.dropout, max_positions=args.max_positions, **args.shape)
+def training_run(args, kind: str, path: str, out: Path, data: tuple, shape: dict, tokens: int) -> _TrainingRun:
+    """A `_TrainingRun` of `kind` and `shape` on `data` (`training_data`), `tokens` a batch, as slm-pretrain would
+    start it with these options (compiled for `path` compiled)."""
+    model_args = dict(SIZES[args.size], dropout=args.dropout, max_positions=args.max_positions, **shape)
     settings = PretrainSettings(kind=kind, data_dir=Path(args.data), out_dir=out, model_args=model_args, updates=1,
-                                batch_tokens=args.tokens, row_tokens=args.row_tokens, device=args.device,
-                                dtype=args.dtype, valid_sentences=64, compile="on" if path == "compiled" else "off")
+                                batch_tokens=tokens, row_tokens=args.row_tokens, device=args.device,
+                                dtype=args.dtype, compile="on" if path == "compiled" else "off")
     settings.check()
     out.mkdir()
-    return _TrainingRun(settings)
+    return _TrainingRun(settings, data)
+
+
+def measure(args, data: tuple, shape: dict, tokens: int, work: Path) -> dict:
+    """Every kind and path at `shape` and `tokens` a batch: (seconds, real tokens) of each timed group, the
+    counted FLOPs per real token, and the setups."""
+    device = torch.device(args.device)
+    setups = {}
+    for kind in args.kinds:
+        for path in args.paths:
+            run = training_run(args, kind, "packed" if path == "padded" else path, work / f"{kind}-{path}", data,
+                               shape, tokens)
+            setups[kind, path] = PaddedPath(run, tokens) if path == "padded" else PackedPath(run)
+            print(f"{kind} {path}: ready" + (f", compiled in {run.card['compile_seconds']} s"
+                                             if path == "compiled" else ""), file=sys.stderr, flush=True)
+    times = {key: [] for key in setups}
+    steps = {key: 0 for key in setups}
+    for round_ in range(args.rounds + 1):
+        for key, setup in setups.items():
+            synchronize(device)
+            began = time.perf_counter()
+            for _ in range(args.group):
+                setup.step(steps[key])
+                steps[key] += 1
+            synchronize(device)
+            if round_:  # the first round warms up
+                real = sum(setup.real[i % len(setup.real)] for i in range(steps[key] - args.group, steps[key]))
+                times[key].append((time.perf_counter() - began, real))
+        print(f"round {round_}/{args.rounds} done", file=sys.stderr, flush=True)
+    return dict(times=times, counted={key: setup.flops_per_token() for key, setup in setups.items()}, setups=setups)
+
+
+def summary(args, measured: dict, shape: dict, tokens: int, peak: float) -> list:
+    """A result row per kind and path of one `measure`."""
+    results = []
+    for (kind, path), setup in measured["setups"].items():
+        times, counted, run = measured["times"][kind, path], measured["counted"][kind, path], setup.run
+        params = sum(p.numel() for p in run.model.parameters())
+        seconds = statistics.median(s / args.group for s, _ in times)
+        real = statistics.median(r / args.group for _, r in times)
+        packing = setup.packing / len(setup.epoch) if path != "padded" else 0.0
+        tokens_per_s = real / (seconds + packing)
+        model_tflops = 6 * params * tokens_per_s / 1e12
+        results.append(dict(kind=kind, path=path, d_model=run.model.config.d_model, n_layers=run.model.config.n_layers,
+                            batch_tokens=tokens, params=params, seconds_per_step=seconds, packing_per_step=packing,
+                            real_tokens_per_step=real, tokens_per_s=tokens_per_s, model_tflops=model_tflops,
+                            mfu=model_tflops / peak, counted_flops_per_token=counted,
+                            counted_share=counted * tokens_per_s / 1e12 / peak, vs_6n=counted / (6 * params),
+                            compile_seconds=run.card.get("compile_seconds")))
+    for r in results:
+        r["vs_padded"] = r["tokens_per_s"] / next(x["tokens_per_s"] for x in results
+                                                  if x["kind"] == r["kind"] and x["path"] == "padded")
+    return results
+
+
+def shapes(args) -> list:
+    """(shape overrides, tokens a batch) of every configuration: each --widths width (heads of 64, d_ff 4x) or the
+    --size shape, at each --tokens."""
+    widths = [dict(args.shape, d_model=w, n_heads=w // 64, d_ff=4 * w) for w in args.widths] or [args.shape]
+    return [(shape, tokens) for shape in widths for tokens in args.tokens]
 
 
 def main(argv=None):
@@ -183,70 +260,40 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     loads = [os.getloadavg()[0]]
     device = torch.device(args.device)
-    setups = {}
-    with tempfile.TemporaryDirectory(prefix="bench_pretrain_step.") as tmp:
-        try:
-            for kind in args.kinds:
-                for path in args.paths:
-                    run = training_run(args, kind, "packed" if path == "padded" else path, Path(tmp) / f"{kind}-{path}")
-                    setups[kind, path] = PaddedPath(run, args.tokens) if path == "padded" else PackedPath(run)
-                    print(f"{kind} {path}: ready" + (f", compiled in {run.card['compile_seconds']} s"
-                                                     if path == "compiled" else ""), file=sys.stderr, flush=True)
-        except (InputError, ValueError) as e:
-            fail("bench_pretrain_step", e)
-        times = {key: [] for key in setups}
-        steps = {key: 0 for key in setups}
-        for round_ in range(args.rounds + 1):
-            for key, setup in setups.items():
-                synchronize(device)
-                began = time.perf_counter()
-                for _ in range(args.group):
-                    setup.step(steps[key])
-                    steps[key] += 1
-                synchronize(device)
-                if round_:  # the first round warms up
-                    first = steps[key] - args.group
-                    real = sum(setup.real[i % len(setup.real)] for i in range(first, steps[key]))
-                    times[key].append((time.perf_counter() - began, real))
-            print(f"round {round_}/{args.rounds} done", file=sys.stderr, flush=True)
-        counted = {key: setup.flops_per_token() for key, setup in setups.items()}
-    peak = matmul_tflops(args.matmul_size, getattr(torch, args.dtype), device)
-    loads.append(os.getloadavg()[0])
-    results = []
-    for (kind, path), setup in setups.items():
-        run = setup.run
-        params = sum(p.numel() for p in run.model.parameters())
-        seconds = statistics.median(s / args.group for s, _ in times[kind, path])
-        real = statistics.median(r / args.group for _, r in times[kind, path])
-        packing = setup.packing / len(setup.epoch) if path != "padded" else 0.0
-        tokens_per_s = real / (seconds + packing)
-        model_tflops = 6 * params * tokens_per_s / 1e12
-        counted_tflops = counted[kind, path] * tokens_per_s / 1e12
-        results.append(dict(kind=kind, path=path, params=params, seconds_per_step=seconds, packing_per_step=packing,
-                            real_tokens_per_step=real, tokens_per_s=tokens_per_s, model_tflops=model_tflops,
-                            mfu=model_tflops / peak, counted_flops_per_token=counted[kind, path],
-                            counted_share=counted_tflops / peak, vs_6n=counted[kind, path] / (6 * params),
-                            compile_seconds=run.card.get("compile_seconds")))
-    for r in results:
-        r["vs_padded"] = r["tokens_per_s"] / next(x["tokens_per_s"] for x in results
-                                                  if x["kind"] == r["kind"] and x["path"] == "padded")
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    shape = "".join(f", {k} {v}" for k, v in args.shape.items())
-    print(f"size {args.size}{shape}, max positions {args.max_positions}, rows of {args.row_tokens or args.max_positions},"
-          f" {args.tokens} tokens a batch, dropout {args.dropout}, {args.dtype}, {args.threads} threads, {args.device} "
-          f"({device_name}); median of {args.rounds} groups of {args.group} steps, paths interleaved; "
-          f"{args.dtype} {args.matmul_size}^2 matmul peak {peak:.3g} TFLOP/s; load average {loads[0]:.2f} at start, "
-          f"{loads[1]:.2f} at end")
-    print("| kind | path | params (M) | ms/step | real tokens/step | tokens/s | vs padded | MFU (6·N) "
-          "| counted FLOPs / 6·N | counted share of peak | compile (s) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    peak = matmul_tflops(args.matmul_size, getattr(torch, args.dtype), device)
+    try:
+        tokenizer, train, valid = training_data(Path(args.data), 64)
+    except InputError as e:
+        fail("bench_pretrain_step", e)
+    data = (tokenizer, train[: args.sentences] if args.sentences else train, valid)
+    results = []
+    for number, (shape, tokens) in enumerate(shapes(args)):
+        with tempfile.TemporaryDirectory(prefix="bench_pretrain_step.") as tmp:
+            try:
+                measured = measure(args, data, shape, tokens, Path(tmp))
+            except (InputError, ValueError) as e:
+                fail("bench_pretrain_step", e)
+        results += summary(args, measured, shape, tokens, peak)
+        loads.append(os.getloadavg()[0])
+        if args.json:  # after every configuration: a run stopped by a time limit keeps what it measured
+            write_atomic(args.json, json.dumps(dict({k: v for k, v in vars(args).items()}, device_name=device_name,
+                                                    matmul_peak_tflops=peak, load_average=loads, results=results),
+                                               indent=2))
+    print(f"size {args.size}{''.join(f', {k} {v}' for k, v in args.shape.items())}, max positions "
+          f"{args.max_positions}, rows of {args.row_tokens or args.max_positions}, dropout {args.dropout}, {args.dtype},"
+          f" {args.threads} threads, {args.device} ({device_name}); median of {args.rounds} groups of {args.group} "
+          f"steps, paths interleaved; {args.dtype} {args.matmul_size}^2 matmul peak {peak:.3g} TFLOP/s; load average "
+          f"{loads[0]:.2f} at start, {loads[-1]:.2f} at end")
+    print("| kind | layers x d_model | batch tokens | path | params (M) | ms/step | real tokens/step | tokens/s "
+          "| vs padded | MFU (6·N) | counted FLOPs / 6·N | counted share of peak | compile (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['kind']} | {r['path']} | {r['params'] / 1e6:.2f} | {1e3 * (r['seconds_per_step'] + r['packing_per_step']):.1f} "
-              f"| {r['real_tokens_per_step']:.0f} | {r['tokens_per_s']:.0f} | {r['vs_padded']:.2f} | {100 * r['mfu']:.1f} % "
-              f"| {r['vs_6n']:.2f} | {100 * r['counted_share']:.1f} % | {r['compile_seconds'] or '-'} |")
-    if args.json:
-        write_atomic(args.json, json.dumps(dict({k: v for k, v in vars(args).items()}, device_name=device_name,
-                                                matmul_peak_tflops=peak, load_average=loads, results=results), indent=2))
+        print(f"| {r['kind']} | {r['n_layers']} x {r['d_model']} | {r['batch_tokens']} | {r['path']} | "
+              f"{r['params'] / 1e6:.2f} | {1e3 * (r['seconds_per_step'] + r['packing_per_step']):.1f} | "
+              f"{r['real_tokens_per_step']:.0f} | {r['tokens_per_s']:.0f} | {r['vs_padded']:.2f} | "
+              f"{100 * r['mfu']:.1f} % | {r['vs_6n']:.2f} | {100 * r['counted_share']:.1f} % | "
+              f"{r['compile_seconds'] or '-'} |")
 
 
 if __name__ == "__main__":

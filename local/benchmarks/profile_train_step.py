@@ -18,7 +18,7 @@ from torch.profiler import ProfilerActivity, profile
 from slm_lm import build_lm
 from slm_lm.config import KINDS
 from slm_lm.precision import DTYPES, autocast
-from slm_lm.pretrain import PackedRows, load_corpus, pack_rows
+from slm_lm.pretrain import PackedRows, Sentences, load_corpus, pack_rows
 
 
 def parse_args(argv=None):
@@ -43,8 +43,8 @@ def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     sentences = load_corpus(args.corpus)
-    rows = pack_rows([len(s) + 2 for s in sentences], args.row_tokens, random.Random(0))
-    epoch = PackedRows(sentences, rows, args.row_tokens, args.batch_tokens // args.row_tokens, args.vocab - 1, "cpu")
+    rows = pack_rows([min(len(s) + 2, args.row_tokens) for s in sentences], args.row_tokens, random.Random(0))
+    epoch = PackedRows(Sentences(sentences), rows, args.row_tokens, args.batch_tokens // args.row_tokens, args.vocab - 1)
     data = [(*epoch[i], epoch.predicted[i]) for i in range(min(args.batches, len(epoch)))]
     torch.manual_seed(0)
     model = build_lm(args.kind, args.vocab, "mini", n_layers=args.n_layers, d_model=args.d_model,

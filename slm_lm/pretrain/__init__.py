@@ -11,11 +11,11 @@ back to the host. bf16/fp16 autocast with the loss in float32.
 - `schedule`: the budget (minutes of a clock, or updates) and the learning rate along it;
 - `trainer`: `PretrainSettings`, the training loop `pretrain`, validation, checkpoint, card and export.
 """
-from slm_lm.pretrain.corpus import PackedRows, encode_corpus, load_corpus, pack_rows
+from slm_lm.pretrain.corpus import PackedRows, Sentences, encode_corpus, load_corpus, pack_rows
 from slm_lm.pretrain.schedule import Budget, learning_rate
 from slm_lm.pretrain.trainer import PretrainSettings, export, initialise, pretrain, validation_ce
 
 __all__ = [
-    "Budget", "PackedRows", "PretrainSettings", "encode_corpus", "export", "initialise", "learning_rate",
+    "Budget", "PackedRows", "PretrainSettings", "Sentences", "encode_corpus", "export", "initialise", "learning_rate",
     "load_corpus", "pack_rows", "pretrain", "validation_ce",
 ]

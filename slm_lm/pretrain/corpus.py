@@ -141,7 +141,7 @@ def check_tokenizer(path: Path, data: bytes, tokenizer: Tokenizer) -> None:
                          "with that tokenizer")
 
 
-def pack_rows(lengths: np.ndarray, row_length: int, rng: random.Random | None = None, open_rows: int = 8) -> list:
+def pack_rows(lengths: list, row_length: int, rng: random.Random | None = None, open_rows: int = 8) -> list:
     """Index lists of sentences (`lengths`: each one's tokens, `<s>` and `</s>` included, at most `row_length`)
     that fill rows of `row_length` tokens: every sentence once and whole. The sentences are taken in a random
     order (`rng`; None: in order), each put into the first of the last `open_rows` rows it fits in, or a new one.
@@ -149,10 +149,9 @@ def pack_rows(lengths: np.ndarray, row_length: int, rng: random.Random | None = 
     order = list(range(len(lengths)))
     if rng is not None:
         rng.shuffle(order)
-    rows, room = [], []
-    first_open = 0
+    rows, room, first_open = [], [], 0
     for i in order:
-        size = int(lengths[i])
+        size = lengths[i]
         for r in range(first_open, len(rows)):
             if room[r] >= size:
                 rows[r].append(i)
@@ -165,39 +164,55 @@ def pack_rows(lengths: np.ndarray, row_length: int, rng: random.Random | None = 
     return rows
 
 
+class Sentences:
+    """Sentences as two tensors on `device`: `pieces` (every sentence's pieces, one after another) and `starts`
+    [n + 1] (where each begins, the end last), so that an epoch is packed there, all sentences at once."""
+
+    def __init__(self, sentences: list, device="cpu"):
+        pieces = np.concatenate(sentences) if sentences else np.zeros(0, dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum([len(x) for x in sentences], dtype=np.int64)])
+        self.pieces = torch.from_numpy(pieces.astype(np.int32)).to(device)
+        self.starts = torch.from_numpy(starts).to(device)
+        self.lengths = np.diff(starts).tolist()  # each sentence's pieces, on the host
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+
 class PackedRows:
-    """The sentences of `rows` (index lists, `pack_rows`) as `<s> pieces </s>` packed into `tokens` [R, L] and
-    their sentence numbers `sentences` [R, L] (PADDING after each row's last sentence), with the rows grouped
-    into batches of `rows_per_batch` (the last one filled with rows of padding: every batch has one shape) and
-    each batch's number of predicted tokens `predicted` (every token but each sentence's `<s>`), on the host.
-    Pieces beyond `row_length` - 2 are cut (a model has no position for them).
+    """The `sentences` (`Sentences`) of `rows` (index lists, `pack_rows`) as `<s> pieces </s>` packed into `tokens`
+    [R, L] and their sentence numbers `sentences` [R, L] (PADDING after each row's last sentence), built on the
+    sentences' device, with the rows grouped into batches of `rows_per_batch` (the last one filled with rows of
+    padding: every batch has one shape) and each batch's number of predicted tokens `predicted` (every token but
+    each sentence's `<s>`), on the host. Pieces beyond `row_length` - 2 are cut (a model has no position for them).
     """
 
-    def __init__(self, sentences: list, rows: list, row_length: int, rows_per_batch: int, sos_eos: int, device):
+    def __init__(self, sentences: Sentences, rows: list, row_length: int, rows_per_batch: int, sos_eos: int):
+        device = sentences.pieces.device
         batches = -(-len(rows) // rows_per_batch)
-        cut = [np.asarray(sentences[i][: row_length - 2]) for row in rows for i in row]
-        size = np.array([len(c) + 2 for c in cut], dtype=np.int64)
-        per_row = np.array([len(row) for row in rows], dtype=np.int64)
-        row_of = np.repeat(np.arange(len(rows)), per_row)
-        first = np.cumsum(per_row) - per_row  # each row's first sentence
-        number = np.arange(len(cut)) - np.repeat(first, per_row)  # each sentence's number in its row
-        ends = np.cumsum(size)
-        start = ends - size - np.repeat((ends - size)[first], per_row)  # each sentence's column in its row
-        column = np.repeat(start, size) + np.arange(int(ends[-1])) - np.repeat(ends - size, size)
-        flat = np.repeat(row_of * row_length, size) + column
-        tokens = np.zeros(batches * rows_per_batch * row_length, dtype=np.int32)
-        numbers = np.full(tokens.shape, PADDING, dtype=np.int32)
-        wrapped = np.full(int(ends[-1]), sos_eos, dtype=np.int32)
-        inner = np.ones(int(ends[-1]), dtype=bool)
-        inner[ends - size] = inner[ends - 1] = False
-        wrapped[inner] = np.concatenate(cut) if len(cut) else []
-        tokens[flat], numbers[flat] = wrapped, np.repeat(number, size)
-        shape = (batches, rows_per_batch, row_length)
-        self.tokens = torch.from_numpy(tokens.reshape(shape)).to(device)
-        self.sentences = torch.from_numpy(numbers.reshape(shape)).to(device)
-        predicted = np.zeros(batches * rows_per_batch, dtype=np.int64)
-        np.add.at(predicted, row_of, size - 1)
-        self.predicted = predicted.reshape(batches, rows_per_batch).sum(axis=1).tolist()
+        per_row = torch.tensor([len(row) for row in rows], device=device)
+        order = torch.from_numpy(np.fromiter((i for row in rows for i in row), dtype=np.int64,
+                                             count=sum(len(row) for row in rows))).to(device)
+        begins = sentences.starts[order]
+        size = (sentences.starts[order + 1] - begins).clamp(max=row_length - 2) + 2
+        row_of = torch.repeat_interleave(torch.arange(len(rows), device=device), per_row)
+        first = per_row.cumsum(0) - per_row  # each row's first sentence
+        number = torch.arange(len(order), device=device) - first[row_of]  # each sentence's number in its row
+        before = size.cumsum(0) - size  # tokens before each sentence, all rows
+        column = before - before[first][row_of]  # each sentence's first column in its row
+        offset = torch.arange(int(size.sum()), device=device) - before.repeat_interleave(size)  # place in its sentence
+        inner = (offset > 0) & (offset < (size - 1).repeat_interleave(size))
+        source = torch.where(inner, (begins - 1).repeat_interleave(size) + offset, 0)
+        flat = (row_of * row_length + column).repeat_interleave(size) + offset
+        tokens = torch.zeros(batches * rows_per_batch * row_length, dtype=torch.int32, device=device)
+        numbers = torch.full_like(tokens, PADDING)
+        tokens[flat] = torch.where(inner, sentences.pieces[source], sos_eos)
+        numbers[flat] = number.to(torch.int32).repeat_interleave(size)
+        self.tokens = tokens.view(batches, rows_per_batch, row_length)
+        self.sentences = numbers.view(batches, rows_per_batch, row_length)
+        predicted = torch.zeros(batches * rows_per_batch, dtype=torch.int64, device=device)
+        predicted.index_add_(0, row_of, size - 1)
+        self.predicted = predicted.view(batches, rows_per_batch).sum(dim=1).tolist()
 
     def __len__(self) -> int:
         return len(self.predicted)

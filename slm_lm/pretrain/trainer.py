@@ -26,7 +26,7 @@ from slm_lm.models import model_from_config
 from slm_lm.outputs import check_output_dir, finish_interrupted, staged_outputs
 from slm_lm.precision import autocast, resolve_dtype
 from slm_lm.progress import progress_bar
-from slm_lm.pretrain.corpus import PackedRows, load_corpus, pack_rows
+from slm_lm.pretrain.corpus import PackedRows, Sentences, load_corpus, pack_rows
 from slm_lm.pretrain.schedule import Budget, learning_rate
 from slm_lm.tokenizer import Tokenizer
 
@@ -284,10 +284,21 @@ def pretrain(settings: PretrainSettings) -> dict:
         return _TrainingRun(settings).train()
 
 
+def training_data(data_dir: Path, valid_sentences: int = 0) -> tuple:
+    """(the tokenizer, the training sentences, the first `valid_sentences` validation sentences (0: all)) of
+    `data_dir`, each corpus checked against the tokenizer (`load_corpus`)."""
+    tokenizer = Tokenizer.from_dir(data_dir)
+    valid = load_corpus(data_dir / "valid.ids.xz", tokenizer)
+    return (tokenizer, load_corpus(data_dir / "train.ids.xz", tokenizer),
+            valid[:valid_sentences] if valid_sentences else valid)
+
+
 class _TrainingRun:
     """One process of a pre-training run: the model, its optimizer and data, the loop state, the budget and the card."""
 
-    def __init__(self, settings: PretrainSettings):
+    def __init__(self, settings: PretrainSettings, data: tuple | None = None):
+        """`data`: (tokenizer, training sentences, validation sentences) of `settings.data_dir` when already read
+        (`training_data`)."""
         s = self.settings = settings
         data_dir, self.out_dir = Path(s.data_dir), Path(s.out_dir)
         finish_interrupted(self.out_dir, COMMAND)  # an export that a kill interrupted: completed or undone
@@ -296,11 +307,8 @@ class _TrainingRun:
             torch.set_num_threads(s.threads)
         self.device = torch.device(s.device)
         self.dtype = resolve_dtype(s.dtype, self.device)
-        self.tokenizer = Tokenizer.from_dir(data_dir)
+        self.tokenizer, self.train_set, self.valid_set = data or training_data(data_dir, s.valid_sentences)
         self.word_table = torch.tensor(self.tokenizer.word_start_ids()).to(self.device) if s.whole_words else None
-        self.train_set = load_corpus(data_dir / "train.ids.xz", self.tokenizer)
-        valid = load_corpus(data_dir / "valid.ids.xz", self.tokenizer)
-        self.valid_set = valid[:s.valid_sentences] if s.valid_sentences else valid
         self.model, self.optimizer = new_model_and_optimizer(s, self.tokenizer.vocab_size, self.device)
         self.identity = run_identity(s, self.model.config, self.tokenizer)
         checkpoint = self.out_dir / CHECKPOINT_FILE
@@ -317,8 +325,8 @@ class _TrainingRun:
             check_output_dir("--keep-models", self.out_dir / SNAPSHOTS_DIR, (), (), COMMAND)
         self.row_tokens = s.row_tokens or self.model.config.max_positions
         self.rows_per_batch = s.batch_tokens // self.row_tokens
-        self.valid_rows = PackedRows(self.valid_set, pack_rows([len(x) + 2 for x in self.valid_set], self.row_tokens),
-                                     self.row_tokens, self.rows_per_batch, self.tokenizer.eos_id, self.device)
+        self.train_sentences = Sentences(self.train_set, self.device)
+        self.valid_rows = self.packed(Sentences(self.valid_set, self.device), None)
         self.card = training_card(s, self.model, self.device, self.dtype, self.train_set, self.valid_set,
                                   self.row_tokens)
         self.step_loss = self.compiled_loss() if s.compile == "on" or (s.compile == "auto" and
@@ -368,12 +376,14 @@ class _TrainingRun:
                 state["epoch"] += 1
                 state["position"] = 0
 
+    def packed(self, sentences: Sentences, rng: random.Random | None) -> PackedRows:
+        """`sentences` packed into batches of rows, in the order drawn from `rng` (None: in order)."""
+        rows = pack_rows([min(n + 2, self.row_tokens) for n in sentences.lengths], self.row_tokens, rng)
+        return PackedRows(sentences, rows, self.row_tokens, self.rows_per_batch, self.tokenizer.eos_id)
+
     def epoch_rows(self, epoch: int) -> PackedRows:
         """The training sentences of epoch `epoch` packed into rows, in an order drawn from the seed and the epoch."""
-        rows = pack_rows([len(sentence) + 2 for sentence in self.train_set], self.row_tokens,
-                         random.Random(self.settings.seed * 1000 + epoch))
-        return PackedRows(self.train_set, rows, self.row_tokens, self.rows_per_batch, self.tokenizer.eos_id,
-                          self.device)
+        return self.packed(self.train_sentences, random.Random(self.settings.seed * 1000 + epoch))
 
     def update(self, epoch: PackedRows, batch: int) -> None:
         """One optimizer step on batch `batch` of the epoch's packed rows, its time counted by the budget. Nothing
