@@ -5,8 +5,8 @@
 __version__ = "0.1.0"
 __all__ = ["LMConfig", "Scorer", "build_lm", "load_scorer"]
 
-_LAZY = {"LMConfig": "slm_lm.config", "build_lm": "slm_lm.models", "Scorer": "slm_lm.scorer",
-         "load_scorer": "slm_lm.scorer"}
+_LAZY = {"LMConfig": "slm_lm.model.config", "build_lm": "slm_lm.model.kinds", "Scorer": "slm_lm.scoring.scorer",
+         "load_scorer": "slm_lm.scoring.scorer"}
 
 
 def __getattr__(name):

@@ -12,8 +12,8 @@ from test_hf import make_gpt2_dir
 from conftest import MIRROR
 from slm_lm import build_lm
 from slm_lm.bin import blimp as blimp_cli
-from slm_lm.bpe import train_bpe
-from slm_lm.scorer import Scorer
+from slm_lm.model.bpe import train_bpe
+from slm_lm.scoring.scorer import Scorer
 
 ROOT = Path(__file__).resolve().parents[1]
 NBEST = MIRROR / "librispeech_nbest"

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import slm_lm
-from slm_lm.config import LMConfig
+from slm_lm.model.config import LMConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SLM_BOOKS = Path(slm_lm.__file__).resolve().parent / "pretrained" / "slm-books"
@@ -230,8 +230,8 @@ def test_a_multi_line_parser_message_is_one_line(tmp_path):
 def tiny_model(tmp_path_factory):
     """A saved tiny SLM (d_model 64, 4 heads, random weights) with its own 40-token tokenizer."""
     from slm_lm import build_lm
-    from slm_lm.bpe import train_bpe
-    from slm_lm.scorer import Scorer
+    from slm_lm.model.bpe import train_bpe
+    from slm_lm.scoring.scorer import Scorer
 
     d = tmp_path_factory.mktemp("tiny")
     (d / "text.txt").write_text(TEXT * 30)
@@ -274,7 +274,7 @@ def test_a_shared_cache_does_not_give_an_edited_copy_the_originals_scores(tiny_m
     scores = [dict(json.loads(line) for line in f.read_text().splitlines()[1:]) for f in files]
     assert scores[0].keys() == scores[1].keys()
     assert max(abs(scores[0][t] - scores[1][t]) for t in scores[0]) > 1e-3, scores
-    from slm_lm.scorer import load_scorer
+    from slm_lm.scoring.scorer import load_scorer
 
     for spec in (tiny_model, copy):  # each model's cache holds its own scores
         scorer = load_scorer(str(spec))
@@ -399,7 +399,7 @@ PRETRAIN_TINY = ["--n-layers", "1", "--d-model", "32", "--n-heads", "2", "--d-ff
 @pytest.fixture(scope="module")
 def pretrain_data(tmp_path_factory):
     """DATA (a 40-piece tokenizer, train and valid corpora with their records) and a finished 2-update SLM run."""
-    from slm_lm.bpe import train_bpe
+    from slm_lm.model.bpe import train_bpe
     from slm_lm.pretrain import encode_corpus
 
     d = tmp_path_factory.mktemp("pretrain")
@@ -500,7 +500,7 @@ def test_pretrain_encode_refuses_an_empty_or_missing_text(tmp_path, pretrain_dat
 def test_pretrain_refuses_a_corpus_of_another_tokenizer(tmp_path, pretrain_data, record):
     """With its record (NAME.ids.json), a corpus of another tokenizer of the same size is refused by digest;
     without (an older corpus), one of a bigger vocabulary is refused by its token ids."""
-    from slm_lm.bpe import train_bpe
+    from slm_lm.model.bpe import train_bpe
     from slm_lm.pretrain import encode_corpus
 
     data, _ = pretrain_data
@@ -647,7 +647,7 @@ def test_rescore_out_that_is_a_file_or_under_one(tmp_path, where, needle):
 
 
 def test_a_second_rescore_run_into_the_same_out_is_refused_at_once(tmp_path):
-    from slm_lm.fileio import exclusive_dir_lock
+    from slm_lm.common.fileio import exclusive_dir_lock
 
     tsv, ref = nbest_tsv(tmp_path / "in")
     out = tmp_path / "out"
@@ -921,7 +921,7 @@ def test_an_output_that_cannot_be_written_says_whether_the_file_system_is_read_o
                                                                                       read_only):
     """Root ignores permission bits, so the refusal is staged: `os.access` says no, and statvfs says whether the
     file system is mounted read-only (found by hand on a read-only tmpfs: it was "permission denied")."""
-    from slm_lm import outputs
+    from slm_lm.common import outputs
 
     from types import SimpleNamespace
 
@@ -935,7 +935,7 @@ def test_an_output_that_cannot_be_written_says_whether_the_file_system_is_read_o
     reason = "a read-only file system" if read_only else "permission denied"
     for check in (lambda: outputs.check_output_file("--out", tmp_path / "x.tsv"),
                   lambda: outputs.check_output_dir("--out", tmp_path / "d", (), (), "slm-test")):
-        with pytest.raises(slm_lm.errors.InputError, match=f"cannot write in {tmp_path} \\({reason}\\)"):
+        with pytest.raises(slm_lm.common.errors.InputError, match=f"cannot write in {tmp_path} \\({reason}\\)"):
             check()
 
 

@@ -128,7 +128,7 @@ def test_attention_benchmark_compares_sdpa_and_flex_scores_on_cpu(tmp_path):
 
 def test_profile_train_step_prints_the_pass_time_and_top_operators(tmp_path):
     from slm_lm.bin import pretrain as pretrain_cli
-    from slm_lm.bpe import train_bpe
+    from slm_lm.model.bpe import train_bpe
 
     text = tmp_path / "text.txt"
     text.write_text("AND GOD SAID LET THERE BE LIGHT\nAND THERE WAS LIGHT\nTHE DEEP WATERS OF THE EARTH\n" * 20)

@@ -1,12 +1,13 @@
-"""slm_lm.corpora.bible (the mini corpus's text) and local/analyses/mini_heldout_text.py, which writes its dev/test books."""
+"""slm_lm.data.bible (the mini corpus's text) and local/analyses/mini_heldout_text.py, which writes its dev/test
+books."""
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from slm_lm.corpora.bible import DEV_BOOKS, TEST_BOOKS, read_bible
-from slm_lm.errors import InputError
+from slm_lm.common.errors import InputError
+from slm_lm.data.bible import DEV_BOOKS, TEST_BOOKS, read_bible
 
 SCRIPT = Path(__file__).resolve().parents[1] / "local" / "analyses" / "mini_heldout_text.py"
 

@@ -8,10 +8,10 @@ import torch
 from conftest import MIRROR
 from slm_lm import build_lm
 from slm_lm.bin import blimp as blimp_cli
-from slm_lm.blimp import PHENOMENA, TERM_TO_PHENOMENON, load_blimp, read_paradigm, score_blimp, write_results
-from slm_lm.bpe import train_bpe
-from slm_lm.errors import InputError
-from slm_lm.scorer import Scorer
+from slm_lm.evaluation.blimp import PHENOMENA, TERM_TO_PHENOMENON, load_blimp, read_paradigm, score_blimp, write_results
+from slm_lm.model.bpe import train_bpe
+from slm_lm.common.errors import InputError
+from slm_lm.scoring.scorer import Scorer
 
 BLIMP = MIRROR / "blimp"
 # Slices of real files: the two tie paradigms (their identical pairs included), s-selection, a

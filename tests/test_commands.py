@@ -1,5 +1,5 @@
 """Every command keeps the same promises: it never replaces an input or a file it did not create (one set of
-output rules, slm_lm.outputs), exits 0 after a good run with nothing on stderr but progress, checks every
+output rules, slm_lm.common.outputs), exits 0 after a good run with nothing on stderr but progress, checks every
 numeric option, and names the line of a bad one in its input."""
 import configparser
 import json
@@ -164,8 +164,8 @@ PROGRESS = {"slm-score": r"slm-score: scored \d+ sentences .*", "slm-lm-train": 
 def model(tmp_path_factory):
     """A saved tiny SLM (random weights) whose tokenizer knows every letter (BLiMP and the N-best lists)."""
     from slm_lm import build_lm
-    from slm_lm.bpe import train_bpe
-    from slm_lm.scorer import Scorer
+    from slm_lm.model.bpe import train_bpe
+    from slm_lm.scoring.scorer import Scorer
 
     d = tmp_path_factory.mktemp("model")
     (d / "text.txt").write_text((TEXT + "THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG\n") * 30)
@@ -260,7 +260,7 @@ def test_every_console_script_exits_0_after_a_good_run(command, good_inputs, mod
         assert not noise, (command, noise[:5])
 
 
-# 3. Every numeric option is a finite number in its range (slm_lm.options.number), refused in one line
+# 3. Every numeric option is a finite number in its range (slm_lm.common.options.number), refused in one line
 
 NUMERIC_OPTIONS = [
     ("score", [], ["--max-tokens"]),
@@ -284,7 +284,7 @@ NUMERIC_OPTIONS = [
 def test_every_numeric_option_refuses_nan_inf_and_values_out_of_range(module, prefix, option, capsys):
     import importlib
 
-    from slm_lm.errors import CommandError
+    from slm_lm.common.errors import CommandError
 
     main = importlib.import_module(f"slm_lm.bin.{module}").main
     for value in ("nan", "inf", "-1", "1e400"):
@@ -297,7 +297,7 @@ def test_every_numeric_option_refuses_nan_inf_and_values_out_of_range(module, pr
 
 def test_numeric_options_name_their_range(capsys):
     from slm_lm.bin import compare_wer, model_card, pretrain
-    from slm_lm.errors import CommandError
+    from slm_lm.common.errors import CommandError
 
     for main, argv, needle in (
             (compare_wer.main, ["--samples", "2000000"], "argument --samples: 2000000: must be 1 or more and at "
@@ -311,7 +311,7 @@ def test_numeric_options_name_their_range(capsys):
 
 
 def test_no_numeric_option_bypasses_the_shared_type():
-    """Every int or float option of the package is parsed by slm_lm.options.number."""
+    """Every int or float option of the package is parsed by slm_lm.common.options.number."""
     package = ROOT / "slm_lm"
     found = [f"{p.relative_to(ROOT)}:{i}" for p in package.rglob("*.py")
              for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"\btype=(int|float)\b", line)]

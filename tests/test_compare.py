@@ -11,9 +11,9 @@ import torch
 from conftest import MIRROR
 from slm_lm import build_lm
 from slm_lm.bin import subset_nbest
-from slm_lm.bpe import train_bpe
-from slm_lm.nbest import load_nbest
-from slm_lm.scorer import Scorer
+from slm_lm.model.bpe import train_bpe
+from slm_lm.rescoring.nbest import load_nbest
+from slm_lm.scoring.scorer import Scorer
 
 ROOT = Path(__file__).resolve().parents[1]
 ANALYSES = ROOT / "local" / "analyses"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import MIRROR
-from slm_lm import datasets
+from slm_lm.data import datasets
 from slm_lm.bin import blimp as blimp_cli
 from slm_lm.bin import data as data_cli
 
@@ -80,7 +80,7 @@ def test_a_file_that_differs_from_its_checksum_is_an_error_and_is_not_kept(tmp_p
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and re.match(r"slm-data: error: .*/mirror/blimp/wh_island\.jsonl: SHA-256 [0-9a-f]{64} "
-                                      r"differs from [0-9a-f]{64} in slm_lm/manifests", err[0])
+                                      r"differs from [0-9a-f]{64} in slm_lm/data/manifests", err[0])
     assert not (tmp_path / "d/blimp/wh_island.jsonl").exists()
 
 

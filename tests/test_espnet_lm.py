@@ -18,14 +18,16 @@ import torch
 import yaml
 
 from conftest import MIRROR
-from slm_lm.bpe import train_bpe
-from slm_lm.errors import InputError
+from slm_lm.model.bpe import train_bpe
+from slm_lm.common.errors import InputError
 from slm_lm.espnet_lm.data import write_espnet_text
-from slm_lm.text_norm import normalize_librispeech
+from slm_lm.data.text_norm import normalize_librispeech
 
 REPO = Path(__file__).resolve().parents[1]
 BOOK = MIRROR / "text" / "gutenberg" / "pg10124.txt.gz"
 MINI_CONFIG = REPO / "egs" / "librispeech_slm" / "conf" / "train_lm_{kind}_mini.yaml"
+# An ESPnet LM experiment written by slm_lm 0.1.0 before its modules moved into wings (its README.md).
+OLD_EXPERIMENT = REPO / "tests" / "data" / "espnet_lm_exp_0.1.0"
 N_TRAIN, N_VALID = 1500, 150
 # The tiny training run: the mini recipe config with a very small model (2 layers, d_model 32, no
 # dropout), batches of ~1024 padded pieces (~40 sentences), 4 epochs x 120 updates = 480 updates at a
@@ -228,7 +230,7 @@ def test_shipped_configs_parse_and_hold_paper_hyper_parameters(tmp_path):
     the paper's settings (8192 tokens, 125k updates, AdamW 0.9/0.98 eps 1e-6 wd 0.01, 10k warm-up to
     5e-4 then linear decay to 0)."""
     from slm_lm.bin.lm_train import get_parser
-    from slm_lm.config import lm_config
+    from slm_lm.model.config import lm_config
     from slm_lm.espnet_lm.task import check_options
 
     conf = REPO / "egs" / "librispeech_slm" / "conf"
@@ -278,7 +280,7 @@ def test_stock_lm_task_trains_the_shipped_configs_with_the_kinds_objective(tmp_p
 
 def unigram_entropy(data) -> float:
     """Per-token entropy (nats) of the train pieces + end of sentence: the best context-free loss."""
-    from slm_lm.tokenizer import Tokenizer
+    from slm_lm.model.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(data["root"] / "tok" / "bpe.model", data["root"] / "tok" / "tokens.txt")
     counts = Counter()
@@ -293,9 +295,9 @@ def test_slm_validation_loss_drops_and_loads_into_scorer(data, tmp_path):
     least 0.25 nats below the epoch-1 valid loss and 0.3 below the train unigram entropy (so the model
     uses context; an untrained model scores about log V, checked below). The experiment directory
     loads into Scorer.from_pretrained with ESPnet's averaged weights."""
-    from slm_lm.model_dir import load_espnet_experiment
-    from slm_lm.models import model_from_config
-    from slm_lm.scorer import Scorer
+    from slm_lm.model.directory import load_espnet_experiment
+    from slm_lm.model.kinds import model_from_config
+    from slm_lm.scoring.scorer import Scorer
 
     out = tmp_path / "exp"
     train(train_args(data, out))
@@ -328,7 +330,7 @@ def test_slm_validation_loss_drops_and_loads_into_scorer(data, tmp_path):
 def test_baseline_kinds_train_and_load(data, tmp_path, kind):
     """Each baseline's objective trains through ESPnet (1 epoch, 120 updates): valid loss at least 0.3
     below log V (an untrained model's loss), and the experiment loads for scoring."""
-    from slm_lm.scorer import Scorer
+    from slm_lm.scoring.scorer import Scorer
 
     out = tmp_path / kind
     train(train_args(data, out, kind=kind, max_epoch=1))
@@ -559,7 +561,7 @@ def test_slm_lm_train_output_dir_follows_the_output_rules(data, tmp_path, where,
 
 
 def test_espnet_experiment_errors(data, tmp_path):
-    from slm_lm.model_dir import load_espnet_experiment
+    from slm_lm.model.directory import load_espnet_experiment
 
     tokens = (data["root"] / "tok" / "tokens.txt").read_text().splitlines()
     config = {"lm": "transformer", "token_list": tokens, "bpemodel": str(data["root"] / "tok" / "bpe.model"),
@@ -576,7 +578,7 @@ def test_espnet_experiment_errors(data, tmp_path):
 
 
 def test_loading_an_espnet_experiment_does_not_import_espnet():
-    code = "import sys, slm_lm, slm_lm.model_dir; assert 'espnet2' not in sys.modules, 'espnet imported'"
+    code = "import sys, slm_lm, slm_lm.model.directory; assert 'espnet2' not in sys.modules, 'espnet imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
@@ -590,3 +592,12 @@ def test_text_lines_the_shape_file_lacks_are_counted_in_a_warning(tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert err == (f"slm_lm: warning: {tmp_path / 'text'}:2: utterance u9 is not in {tmp_path / 'shape'}: 2 of the "
                    "file's lines are not trained on (ESPnet batches the shape file's utterances)")
+
+
+def test_an_experiment_written_before_the_wings_scores_as_it_did():
+    """The old experiment loads by its directory and gives the scores slm_lm gave it when it was written."""
+    from slm_lm.scoring.scorer import Scorer
+
+    rows = [line.split("\t") for line in (OLD_EXPERIMENT / "scores.tsv").read_text(encoding="utf-8").splitlines()]
+    scores = Scorer.from_pretrained(OLD_EXPERIMENT / "exp" / "lm_slm").score([sentence for sentence, _ in rows])
+    assert len(rows) == 8 and scores == pytest.approx([float(score) for _, score in rows], abs=1e-4)

@@ -78,7 +78,7 @@ def asr_exp(data, tmp_path_factory):  # noqa: F811
 
 
 def load_lm(exp: Path):
-    from slm_lm.model_dir import find_checkpoint, load_espnet_experiment
+    from slm_lm.model.directory import find_checkpoint, load_espnet_experiment
 
     return find_checkpoint(exp), load_espnet_experiment(exp)[0]
 
@@ -218,7 +218,7 @@ def test_lm_calc_perplexity_matches_scorer(asr_exp, tmp_path, kind):
     """ESPnet's perplexity tool through our wrapper equals exp(-sum of Scorer log-probs / tokens with
     </s>) on the two references, within 1e-4 relative."""
     from slm_lm.bin.lm_calc_perplexity import main
-    from slm_lm.scorer import Scorer
+    from slm_lm.scoring.scorer import Scorer
 
     exp = asr_exp / f"lm_{kind}"
     checkpoint, _ = load_lm(exp)
@@ -254,7 +254,7 @@ def test_recipe_decoding_checks_the_fusion_lm(asr_exp, tmp_path):
     sys.path.insert(0, str(REPO / "egs" / "librispeech_slm" / "local"))
     import decode_nbest
 
-    from slm_lm.errors import InputError
+    from slm_lm.common.errors import InputError
 
     (tmp_path / "data").mkdir()
     for name in ("wav.scp", "text"):
@@ -282,8 +282,8 @@ def test_am_scores_recompute_the_beam_search_scores_of_stock_nbest(asr_exp, tmp_
     from espnet2.bin.asr_inference import Speech2Text
 
     from slm_lm.bin.am_scores import main
-    from slm_lm.nbest import read_espnet_nbest
-    from slm_lm.scored_set import am_score
+    from slm_lm.rescoring.nbest import read_espnet_nbest
+    from slm_lm.rescoring.scored_set import am_score
 
     s2t = Speech2Text(asr_train_config=asr_exp / "asr" / "config.yaml", asr_model_file=asr_exp / "asr" / "model.pth",
                       ctc_weight=0.3, beam_size=3, nbest=3, maxlenratio=0.0, device="cpu")

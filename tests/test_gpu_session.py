@@ -18,12 +18,12 @@ import torch
 from conftest import MIRROR
 from slm_lm.bin import pretrain as pretrain_cli
 from slm_lm.bin import subset_nbest
-from slm_lm.bpe import train_bpe
-from slm_lm.config import KINDS
-from slm_lm.nbest import load_nbest
+from slm_lm.model.bpe import train_bpe
+from slm_lm.model.config import KINDS
+from slm_lm.rescoring.nbest import load_nbest
 from slm_lm.pretrain import load_corpus
-from slm_lm.rescore_inputs import normalized_sets
-from slm_lm.scorer import Scorer
+from slm_lm.rescoring.inputs import normalized_sets
+from slm_lm.scoring.scorer import Scorer
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "local" / "gpu" / "gpu_session.py"
@@ -197,7 +197,7 @@ def test_the_dry_run_hides_what_the_gpu_machine_lacks(gpu_session, tmp_path):
     for module in gpu_session.MISSING_ON_THE_GPU:
         proc = subprocess.run([sys.executable, "-c", f"import {module}"], env=session.env, capture_output=True)
         assert proc.returncode == 1 and b"ModuleNotFoundError" in proc.stderr
-    assert subprocess.run([sys.executable, "-c", "import slm_lm.scorer"], env=session.env).returncode == 0
+    assert subprocess.run([sys.executable, "-c", "import slm_lm.scoring.scorer"], env=session.env).returncode == 0
 
 
 def test_without_a_gpu_or_its_data_it_stops_with_one_line(corpus, tmp_path):

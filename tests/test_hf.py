@@ -16,11 +16,12 @@ from transformers import (
     RobertaTokenizer,
 )
 
-from slm_lm.errors import InputError
-from slm_lm.hf import HFCausalScorer, HFMaskedScorer, HFTokenizer, apply_case, load_hf_scorer
-from slm_lm.model_dir import load_tokenizer, save_tokenizer
-from slm_lm.score_cache import lm_scores
-from slm_lm.scorer import load_scorer
+from slm_lm.common.errors import InputError
+from slm_lm.model.directory import load_tokenizer, save_tokenizer
+from slm_lm.model.hf_tokenizer import HFTokenizer, apply_case
+from slm_lm.scoring.cache import lm_scores
+from slm_lm.scoring.hf import HFCausalScorer, HFMaskedScorer, load_hf_scorer
+from slm_lm.scoring.scorer import load_scorer
 
 WORDS = "the a cat dog sat on mat and ran i am hello world it is was good bad".split()
 BERT_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "##s", "##ed", ",", ".", "!", "'"]

@@ -1,4 +1,5 @@
-"""The package's import graph has no circle: module-level and function-level imports both count."""
+"""The package's import graph: no circle, and no import from a lower wing up to a higher one (module-level and
+function-level imports both count)."""
 import ast
 from pathlib import Path
 
@@ -65,6 +66,38 @@ def test_the_circle_finder_finds_a_circle():
 
 def test_the_import_graph_of_slm_lm_has_no_circle():
     graph = import_graph()
-    assert "slm_lm.scorer" in graph["slm_lm.bin.score"]  # the graph sees function-level imports
+    assert "slm_lm.scoring.scorer" in graph["slm_lm.bin.score"]  # the graph sees function-level imports
     circle = find_circle(graph)
     assert circle is None, "import circle: " + " -> ".join(circle)
+
+
+# The wings from the bottom up: a module imports only from its own wing and the wings before it (README.md,
+# "Where things are").
+WINGS = ("common", "data", "pretrained", "model", "scoring", "rescoring", "evaluation", "pretrain", "espnet_lm", "bin")
+
+
+def wing(module: str) -> str:
+    return module.split(".")[1]
+
+
+def upward_imports(graph: dict) -> list:
+    """(module, imported module) pairs where the import runs from a lower wing up to a higher one."""
+    return [(module, target) for module, targets in sorted(graph.items()) if module != "slm_lm"
+            for target in sorted(targets) if WINGS.index(wing(target)) > WINGS.index(wing(module))]
+
+
+def test_every_module_of_the_package_is_in_a_wing():
+    assert sorted(p.name for p in PACKAGE.glob("*.py")) == ["__init__.py"]
+    assert sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()) == sorted(WINGS)
+
+
+def test_the_upward_import_finder_finds_one():
+    graph = {"slm_lm.model.kinds": {"slm_lm.common.fileio"}, "slm_lm.common.fileio": {"slm_lm.scoring.scorer"},
+             "slm_lm.scoring.scorer": set()}
+    assert upward_imports(graph) == [("slm_lm.common.fileio", "slm_lm.scoring.scorer")]
+
+
+def test_no_import_runs_from_a_lower_wing_up_to_a_higher_one():
+    graph = import_graph()
+    assert "slm_lm.model.config" in graph["slm_lm.model.directory"]
+    assert upward_imports(graph) == []

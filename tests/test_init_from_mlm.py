@@ -10,13 +10,13 @@ from transformers import AutoModelForMaskedLM
 
 from slm_lm import build_lm, pretrained
 from slm_lm.bin import init_slm
-from slm_lm.bpe import train_bpe
-from slm_lm.errors import InputError
-from slm_lm.init_from_mlm import from_our_checkpoint, hf_to_slm_lm, slm_from_hf
-from slm_lm.hf import load_hf_scorer
-from slm_lm.model_dir import VOCAB_TENSORS
-from slm_lm.models import MaskedLM, SlidingLM
-from slm_lm.scorer import Scorer
+from slm_lm.model.bpe import train_bpe
+from slm_lm.common.errors import InputError
+from slm_lm.pretrain.init_from_mlm import from_our_checkpoint, hf_to_slm_lm, slm_from_hf
+from slm_lm.scoring.hf import load_hf_scorer
+from slm_lm.model.directory import VOCAB_TENSORS
+from slm_lm.model.kinds import MaskedLM, SlidingLM
+from slm_lm.scoring.scorer import Scorer
 
 SENTENCES = ["the cat sat on the mat.", "a dog ran!", "hello world, it is good", "the cats sat", ""]
 

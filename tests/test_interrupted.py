@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slm_lm.rescore_report import check_out_dir, install_outputs
+from slm_lm.rescoring.report import check_out_dir, install_outputs
 
 TEXT = "IN THE BEGINNING GOD CREATED THE HEAVEN AND THE EARTH\nAND GOD SAID LET THERE BE LIGHT\n"
 TINY = ["--n-layers", "1", "--d-model", "16", "--n-heads", "2", "--d-ff", "32", "--max-positions", "32",
@@ -84,7 +84,7 @@ def test_a_pretraining_run_killed_around_its_checkpoint_keeps_a_curve_that_agree
     """Killed just before or just after saving its checkpoint at update 6, then resumed, then run again
     once finished: the curve's updates only go up, one row per validation, the last the checkpoint's."""
     from slm_lm.bin import pretrain as pretrain_cli
-    from slm_lm.bpe import train_bpe
+    from slm_lm.model.bpe import train_bpe
     from slm_lm.pretrain import trainer
 
     (tmp_path / "text.txt").write_text(TEXT * 4)
@@ -125,10 +125,10 @@ def test_a_pretraining_export_killed_at_every_move_leaves_one_whole_model(tmp_pa
     finish_interrupted first) leaves no journal behind."""
     import torch
 
-    from slm_lm.bpe import train_bpe
-    from slm_lm.config import LMConfig
-    from slm_lm.models import model_from_config
-    from slm_lm.outputs import finish_interrupted
+    from slm_lm.common.outputs import finish_interrupted
+    from slm_lm.model.bpe import train_bpe
+    from slm_lm.model.config import LMConfig
+    from slm_lm.model.kinds import model_from_config
     from slm_lm.pretrain.trainer import COMMAND, install_model
 
     (tmp_path / "text.txt").write_text(TEXT * 4)
@@ -161,10 +161,10 @@ def test_a_snapshot_killed_at_any_move_is_whole_or_absent_once_the_next_run_star
     """A process SIGKILLed at each rename of `keep_snapshot` (its files written in staging, its plan, the
     snapshot's move into place) leaves no snapshot or a whole one, never a half one under its name; after
     `finish_interrupted` (what the next run calls first) snapshots/ holds nothing else."""
-    from slm_lm.bpe import train_bpe
-    from slm_lm.config import LMConfig
-    from slm_lm.models import model_from_config
-    from slm_lm.outputs import finish_interrupted
+    from slm_lm.common.outputs import finish_interrupted
+    from slm_lm.model.bpe import train_bpe
+    from slm_lm.model.config import LMConfig
+    from slm_lm.model.kinds import model_from_config
     from slm_lm.pretrain.trainer import COMMAND, keep_snapshot
 
     (tmp_path / "text.txt").write_text(TEXT * 4)

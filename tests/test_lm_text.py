@@ -8,10 +8,10 @@ import pytest
 
 from conftest import MIRROR
 from slm_lm.bin import prepare_lm_text as cli
-from slm_lm.errors import InputError
-from slm_lm.decontaminate import NgramFilter, load_exclusion
-from slm_lm.lm_text import PrepConfig, prepare_lm_text
-from slm_lm.text_cleanup import book_sentences, split_sentences
+from slm_lm.common.errors import InputError
+from slm_lm.data.decontaminate import NgramFilter, load_exclusion
+from slm_lm.data.lm_text import PrepConfig, prepare_lm_text
+from slm_lm.data.text_cleanup import book_sentences, split_sentences
 
 
 BOOK = """Produced by Some Volunteer and the Online

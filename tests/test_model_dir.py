@@ -8,13 +8,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from slm_lm import build_lm, model_dir
+from slm_lm import build_lm
 from slm_lm.bin import average_models as average_cli
-from slm_lm.bpe import train_bpe
-from slm_lm.errors import InputError
-from slm_lm.fileio import read_json
-from slm_lm.hf import hf_spec
-from slm_lm.scorer import Scorer
+from slm_lm.common.errors import InputError
+from slm_lm.common.fileio import read_json
+from slm_lm.model import directory as model_dir
+from slm_lm.model.bpe import train_bpe
+from slm_lm.scoring.hf import hf_spec
+from slm_lm.scoring.scorer import Scorer
 
 TEXT = "AND GOD SAW THE LIGHT THAT IT WAS GOOD\nIT'S A QUICK BROWN FOX JUMPING OVER THE LAZY DOG\n"
 SENTENCES = ["AND GOD SAW THE LIGHT", "THE LAZY DOG", ""]

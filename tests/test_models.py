@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from slm_lm import build_lm
-from slm_lm.backbone import padded_sentences
-from slm_lm.config import LMConfig
+from slm_lm.model.backbone import padded_sentences
+from slm_lm.model.config import LMConfig
 
 V = 13  # tiny vocabulary: 0 pad, 1 unk, 2..10 pieces, 11 <mask>, 12 <sos/eos>
 EOS = V - 1

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slm_lm import bleu
-from slm_lm.errors import InputError
-from slm_lm.mt_nbest import load_mt_nbest, remove_bpe
-from slm_lm.zero_shot import Example, classify, fill
+from slm_lm.common.errors import InputError
+from slm_lm.evaluation.zero_shot import Example, classify, fill
+from slm_lm.rescoring import bleu
+from slm_lm.rescoring.mt_nbest import load_mt_nbest, remove_bpe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -289,7 +289,7 @@ def test_missing_sacrebleu_is_a_one_line_error(monkeypatch):
 def test_zero_shot_with_hugging_face_specs_writes_the_models_scores(tmp_path, spec):
     from test_hf import make_bert_dir, make_gpt2_dir
 
-    from slm_lm.scorer import load_scorer
+    from slm_lm.scoring.scorer import load_scorer
 
     kind, name = spec.split(":")
     model = (make_gpt2_dir if name == "gpt2" else make_bert_dir)(tmp_path / name)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from slm_lm.errors import InputError
-from slm_lm.nbest import load_nbest, parse_score, read_espnet_nbest, read_mlm_json, read_tsv
-from slm_lm.transcripts import read_refs, read_text, read_trn
+from slm_lm.common.errors import InputError
+from slm_lm.rescoring.nbest import load_nbest, parse_score, read_espnet_nbest, read_mlm_json, read_tsv
+from slm_lm.rescoring.transcripts import read_refs, read_text, read_trn
 
 # utt -> [(text, total score, {component: score})] ordered by rank
 NBEST = {

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from slm_lm import backbone, build_lm
-from slm_lm.config import KINDS
+from slm_lm.model import backbone
+
+from slm_lm import build_lm
+from slm_lm.model.config import KINDS
 from slm_lm.pretrain import PackedRows, Sentences, pack_rows
 
 V = 13  # tiny vocabulary: 0 pad, 1 unk, 2..10 pieces, 11 <mask>, 12 <sos/eos>

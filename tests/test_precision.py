@@ -4,9 +4,10 @@ import json
 import pytest
 import torch
 
-from slm_lm import build_lm, precision
-from slm_lm.bpe import train_bpe
-from slm_lm.scorer import Scorer
+from slm_lm import build_lm
+from slm_lm.model import precision
+from slm_lm.model.bpe import train_bpe
+from slm_lm.scoring.scorer import Scorer
 
 NATIVE, AVX2_ONLY = frozenset({"avx512f", "amx_bf16", "amx_tile"}), frozenset({"avx2", "fma"})
 

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from slm_lm.bin import pretrain as pretrain_cli
-from slm_lm.bpe import train_bpe
-from slm_lm.errors import InputError
-from slm_lm.fileio import LOCK_FILE, exclusive_dir_lock
+from slm_lm.model.bpe import train_bpe
+from slm_lm.common.errors import InputError
+from slm_lm.common.fileio import LOCK_FILE, exclusive_dir_lock
 from slm_lm.pretrain import Budget, learning_rate, load_corpus, trainer
-from slm_lm.scorer import Scorer
+from slm_lm.scoring.scorer import Scorer
 
 TEXT = """IN THE BEGINNING GOD CREATED THE HEAVEN AND THE EARTH
 AND THE EARTH WAS WITHOUT FORM AND VOID AND DARKNESS WAS UPON THE FACE OF THE DEEP
@@ -349,7 +349,7 @@ def test_keep_models_refuses_a_snapshots_of_no_run_and_says_when_one_cannot_be_w
     which is left as it was (here: not there)."""
     import errno
 
-    from slm_lm import model_dir
+    from slm_lm.model import directory as model_dir
 
     directory, _ = data
     run = ["train", "--kind", "clm", "--data", str(directory), "--updates", "2", *TINY]

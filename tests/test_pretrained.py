@@ -9,8 +9,8 @@ import torch
 from safetensors import safe_open
 
 from slm_lm import pretrained
-from slm_lm.errors import InputError
-from slm_lm.scorer import Scorer
+from slm_lm.common.errors import InputError
+from slm_lm.scoring.scorer import Scorer
 
 SHIPPED = ("slm-books", "clm-books")
 
@@ -86,7 +86,7 @@ def test_card_started_from_copies_the_shipped_start_and_refuses_an_unshipped_one
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_the_shipped_configs_record_their_own_tokenizer(name):
-    from slm_lm import model_dir
+    from slm_lm.model import directory as model_dir
 
     root = pretrained.path(name)
     recorded = json.loads((root / "config.json").read_text())[model_dir.TOKENIZER_DIGEST_KEY]

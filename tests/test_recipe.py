@@ -25,9 +25,9 @@ import decode_nbest  # noqa: E402
 import download_librispeech  # noqa: E402
 
 from slm_lm import pretrained  # noqa: E402
-from slm_lm.corpora.librispeech import read_subset  # noqa: E402
-from slm_lm.errors import InputError  # noqa: E402
-from slm_lm.scorer import Scorer  # noqa: E402
+from slm_lm.data.librispeech import read_subset  # noqa: E402
+from slm_lm.common.errors import InputError  # noqa: E402
+from slm_lm.scoring.scorer import Scorer  # noqa: E402
 
 
 def run_recipe(*args, check=True, timeout=900, env=None):
@@ -1019,7 +1019,7 @@ def test_asr_sh_nbest_reads_only_the_last_runs_shards(tmp_path):
     """asr.sh leaves logdir/output.N and keys.N.scp of an earlier decoding with more jobs: the reader takes the
     jobs of the last run (its keys files are written together, the older ones before them); without keys
     files, a duplicate id names the files to remove."""
-    from slm_lm.nbest import read_espnet_nbest
+    from slm_lm.rescoring.nbest import read_espnet_nbest
     logdir = tmp_path / "test_other" / "logdir"
     # an earlier run with 3 jobs, then one with 2 jobs over the same utterances
     for n, utts in ((1, ["u1", "u2"]), (2, ["u3", "u4"]), (3, ["u3", "u4"])):
@@ -1059,9 +1059,9 @@ def test_results_environment_block_as_espnets(tmp_path):
 
 
 def test_lm_configs_name_a_size_or_spell_the_shape():
-    """Every LM config of the recipe either names a size (slm_lm.config.SIZES) or spells the whole shape, never a
+    """Every LM config of the recipe either names a size (slm_lm.model.config.SIZES) or spells the whole shape, never a
     size and then another shape; the micro setting adds no size on top of its config's spelled shape."""
-    from slm_lm.config import SIZES
+    from slm_lm.model.config import SIZES
     shape = {"n_layers", "d_model", "n_heads", "d_ff"}
     for path in (RECIPE / "conf").rglob("*.yaml"):
         lm_conf = (yaml.safe_load(path.read_text()) or {}).get("lm_conf")

@@ -15,12 +15,12 @@ from slm_lm import build_lm
 from slm_lm.bin import prepare_lm_text as prep_cli
 from slm_lm.bin import rescore as rescore_cli
 from slm_lm.bin import score as score_cli
-from slm_lm.bpe import train_bpe
-from slm_lm.errors import CommandError, InputError
-from slm_lm.fileio import read_text_lines
-from slm_lm.nbest import load_nbest
-from slm_lm.score_cache import LMScoreCache, lm_scores
-from slm_lm.scorer import Scorer, load_scorer
+from slm_lm.model.bpe import train_bpe
+from slm_lm.common.errors import CommandError, InputError
+from slm_lm.common.fileio import read_text_lines
+from slm_lm.rescoring.nbest import load_nbest
+from slm_lm.scoring.cache import LMScoreCache, lm_scores
+from slm_lm.scoring.scorer import Scorer, load_scorer
 
 TEXT = "AND GOD SAW THE LIGHT\nTHE EARTH WAS WITHOUT FORM AND VOID\nIT'S A QUICK BROWN FOX\n"
 
@@ -120,7 +120,7 @@ def test_bad_model_files_give_one_line_exit_2_from_every_cli(case, model_dir, tm
 def test_truncated_safetensors_and_espnet_pth(model_dir, tmp_path):
     from safetensors.torch import save_file
 
-    from slm_lm.model_dir import load_espnet_weights
+    from slm_lm.model.directory import load_espnet_weights
 
     model = copy_model(model_dir, tmp_path)
     state = torch.load(model / "model.pt", weights_only=True)
@@ -309,7 +309,7 @@ def test_slm_score_streams_in_chunks_with_a_summary(model_dir, tmp_path, capsys,
 
 CACHE_WORKER = """
 import sys, time
-from slm_lm.score_cache import lm_scores
+from slm_lm.scoring.cache import lm_scores
 class Slow:
     name = "slow"
     def score(self, texts):
@@ -365,7 +365,7 @@ def test_concurrent_runs_share_a_cache_and_a_sigkilled_run_resumes(tmp_path):
 
 
 def test_a_failure_while_writing_outputs_leaves_the_previous_run_untouched(model_dir, tmp_path, monkeypatch):
-    import slm_lm.rescore_report as rescore_report
+    import slm_lm.rescoring.report as rescore_report
 
     dev, dev_ref = write_nbest(tmp_path, "dev", HYPS, REFS)
     out = tmp_path / "out"
@@ -388,11 +388,11 @@ def test_normalising_the_shared_dev_other_lists_changes_wer_as_the_readme_says()
     apostrophes); AM-only / oracle WER 4.02 / 2.01 raw, 4.01 / 2.00 normalised."""
     from pathlib import Path
 
-    from slm_lm.nbest import normalize_nbest
-    from slm_lm.rescore_report import set_report
-    from slm_lm.scored_set import build_scored_set, parse_am_weights
-    from slm_lm.weight_search import Weights
-    from slm_lm.text_norm import normalize_librispeech
+    from slm_lm.rescoring.nbest import normalize_nbest
+    from slm_lm.rescoring.report import set_report
+    from slm_lm.rescoring.scored_set import build_scored_set, parse_am_weights
+    from slm_lm.rescoring.weight_search import Weights
+    from slm_lm.data.text_norm import normalize_librispeech
 
     raw = load_nbest(MIRROR / "librispeech_nbest/dev_other", nbest=10)
     norm, emptied = normalize_nbest(raw, normalize_librispeech)

@@ -12,14 +12,14 @@ import pytest
 
 from conftest import MIRROR
 from slm_lm.bin import rescore as cli
-from slm_lm.errors import InputError
-from slm_lm.nbest import Hypothesis, NbestSet, load_nbest, read_espnet_nbest
-from slm_lm.rescore import rescore
-from slm_lm.rescore_report import set_report
-from slm_lm.score_cache import LMScoreCache, lm_scores
-from slm_lm.scored_set import am_score, build_scored_set, parse_am_weights
-from slm_lm.weight_search import Weights, parse_range, tune
-from slm_lm.wer import word_errors
+from slm_lm.common.errors import InputError
+from slm_lm.rescoring.nbest import Hypothesis, NbestSet, load_nbest, read_espnet_nbest
+from slm_lm.rescoring.rescore import rescore
+from slm_lm.rescoring.report import set_report
+from slm_lm.scoring.cache import LMScoreCache, lm_scores
+from slm_lm.rescoring.scored_set import am_score, build_scored_set, parse_am_weights
+from slm_lm.rescoring.weight_search import Weights, parse_range, tune
+from slm_lm.rescoring.wer import word_errors
 
 
 
@@ -262,9 +262,9 @@ def write_tsv(path: Path, nbest: NbestSet):
 
 
 def test_cli(tmp_path, monkeypatch, capsys):
-    fake_module = types.ModuleType("slm_lm.scorer")
+    fake_module = types.ModuleType("slm_lm.scoring.scorer")
     fake_module.load_scorer = lambda spec, **options: FakeLM(spec)
-    monkeypatch.setitem(sys.modules, "slm_lm.scorer", fake_module)
+    monkeypatch.setitem(sys.modules, "slm_lm.scoring.scorer", fake_module)
     dev, dev_ref = write_tsv(tmp_path / "dev.tsv", known_lambda_set())
     test, test_ref = write_tsv(tmp_path / "test.tsv", random_set(4))
     out = tmp_path / "out"
@@ -306,7 +306,7 @@ def big_scored_set(n_utts, n_hyps, seed=0):
     """A ScoredSet of random scores and errors (no texts needed by the search or the plot)."""
     import numpy as np
 
-    from slm_lm.scored_set import ScoredSet
+    from slm_lm.rescoring.scored_set import ScoredSet
 
     rng = np.random.default_rng(seed)
     shape = (n_utts, n_hyps)
@@ -320,7 +320,7 @@ def test_dev_wer_plot_of_a_fine_lambda_grid_evaluates_a_few_hundred_points(tmp_p
     curve at no more than PLOT_POINTS lambdas (it used to build a [50001, U, N] array: 10 GiB on dev_clean)."""
     import tracemalloc
 
-    from slm_lm import rescore_report
+    from slm_lm.rescoring import report as rescore_report
 
     dev = big_scored_set(100, 10)
     grid = parse_range("0:5:0.0001", "--lambda-range")
@@ -349,7 +349,7 @@ def test_dev_wer_plot_of_a_fine_lambda_grid_evaluates_a_few_hundred_points(tmp_p
 def test_grid_errors_memory_is_bounded_by_blocks_not_the_grid():
     import tracemalloc
 
-    from slm_lm.weight_search import CHUNK_ELEMENTS, grid_errors
+    from slm_lm.rescoring.weight_search import CHUNK_ELEMENTS, grid_errors
 
     dev = big_scored_set(500, 10, seed=1)
     grid = [0.001 * i for i in range(2000)]

@@ -14,12 +14,12 @@ import pytest
 from conftest import MIRROR
 from slm_lm.bin import lm_combination, pairwise_preference, subset_nbest
 from slm_lm.bin import rescore as cli
-from slm_lm.errors import InputError
-from slm_lm.nbest import load_nbest, read_espnet_nbest
-from slm_lm.rescore import rescore
-from slm_lm.rescore_report import set_report
-from slm_lm.score_cache import lm_scores
-from slm_lm.scored_set import (
+from slm_lm.common.errors import InputError
+from slm_lm.rescoring.nbest import load_nbest, read_espnet_nbest
+from slm_lm.rescoring.rescore import rescore
+from slm_lm.rescoring.report import set_report
+from slm_lm.scoring.cache import lm_scores
+from slm_lm.rescoring.scored_set import (
     ScoreColumn,
     build_scored_set,
     length_penalty,
@@ -27,7 +27,7 @@ from slm_lm.scored_set import (
     parse_length_norm,
     score_column,
 )
-from slm_lm.weight_search import Weights, parse_range, tune
+from slm_lm.rescoring.weight_search import Weights, parse_range, tune
 from test_rescore import FakeLM, known_lambda_set, make_set, random_set, scored, write_tsv  # noqa: I001
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -218,9 +218,9 @@ def test_length_normalisation_is_tuned_on_dev(tmp_path, capsys):
 def test_cli_lm_option_repeats_and_reports_the_search(tmp_path, monkeypatch, capsys):
     import types
 
-    fake_module = types.ModuleType("slm_lm.scorer")
+    fake_module = types.ModuleType("slm_lm.scoring.scorer")
     fake_module.load_scorer = lambda spec, **options: FakeLM(spec)
-    monkeypatch.setitem(sys.modules, "slm_lm.scorer", fake_module)
+    monkeypatch.setitem(sys.modules, "slm_lm.scoring.scorer", fake_module)
     nb = make_set("dev", {u: (ref, [(t, s, {"lm": lm}) for t, s, lm in hyps]) for u, (ref, hyps) in {
         "a": ("CAT SAT", [("CAT ZAT", 0.0, -1.0), ("CAT SAT", -1.0, -1.0)]),
         "b": ("DOG RAN", [("DOG RAN", 0.0, -4.0), ("DOG RUN", -0.5, -1.0)]),
@@ -253,9 +253,9 @@ def test_combination_table_on_the_shared_slices(shared_slices, tmp_path, monkeyp
     """Four rows (AM only, each LM, both), each cell = the test WER of a run tuned on the other set."""
     import types
 
-    fake_module = types.ModuleType("slm_lm.scorer")
+    fake_module = types.ModuleType("slm_lm.scoring.scorer")
     fake_module.load_scorer = lambda spec, **options: FakeLM(spec)
-    monkeypatch.setitem(sys.modules, "slm_lm.scorer", fake_module)
+    monkeypatch.setitem(sys.modules, "slm_lm.scoring.scorer", fake_module)
     clean, other = shared_slices / "dev_clean", shared_slices / "dev_other"
     out = tmp_path / "table"
     lm_combination.main(["--dev", f"{clean},{other}", "--lm", "score:lm", "--lm", "S", "--nbest", "10",
@@ -289,7 +289,7 @@ def test_pairwise_preference_counts_the_pairs_that_decide_rescoring(shared_slice
     worse hypothesis to a right AM-best one; one-hypothesis lists and ties give no pair."""
     import types
 
-    from slm_lm.nbest import Hypothesis, NbestSet
+    from slm_lm.rescoring.nbest import Hypothesis, NbestSet
 
     hyps = {"u1": [Hypothesis(1, "A C", -1.0), Hypothesis(2, "A B", -2.0)],           # AM wrong, oracle 2nd
             "u2": [Hypothesis(1, "X Y", -1.0), Hypothesis(2, "X Z", -2.0), Hypothesis(3, "W Z", -3.0)],  # AM right
@@ -301,9 +301,9 @@ def test_pairwise_preference_counts_the_pairs_that_decide_rescoring(shared_slice
     assert pairwise_preference.preferences(toy, 0) == {"fix": (0, 1), "break": (1, 1)}
     assert pairwise_preference.preferences(toy, 1) == {"fix": (1, 1), "break": (0, 1)}
     # on the shared slices, the first-pass LM column through the command line, beside a model-like LM
-    fake_module = types.ModuleType("slm_lm.scorer")
+    fake_module = types.ModuleType("slm_lm.scoring.scorer")
     fake_module.load_scorer = lambda spec, **options: FakeLM(spec)
-    monkeypatch.setitem(sys.modules, "slm_lm.scorer", fake_module)
+    monkeypatch.setitem(sys.modules, "slm_lm.scoring.scorer", fake_module)
     clean, other = shared_slices / "dev_clean", shared_slices / "dev_other"
     out = tmp_path / "pairs.md"
     pairwise_preference.main(["--set", str(clean), "--set", str(other), "--lm", "first pass=score:lm",
@@ -345,8 +345,8 @@ def test_subset_of_a_missing_set_is_one_line_and_status_2(tmp_path):
 def test_coordinate_descent_stops_at_the_ceiling_on_the_points_it_evaluates(monkeypatch):
     """The ceiling bounds the points recorded over all sweeps, not per sweep: a descent that would pass it
     stops after its last whole sweep and says it did not converge."""
-    from slm_lm import weight_search
-    from slm_lm.rescore_report import _describe_search
+    from slm_lm.rescoring import weight_search
+    from slm_lm.rescoring.report import _describe_search
 
     nbests = [with_lm_column(random_set(s, n_utts=60, n_hyps=6), s) for s in (7, 8)]
     sets = [build(nb, [FakeLM("Z"), FakeLM("Q"), ScoreColumn("lm")]) for nb in nbests]

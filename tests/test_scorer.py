@@ -6,9 +6,9 @@ import torch
 
 from slm_lm import build_lm
 from slm_lm.bin import score as score_cli
-from slm_lm.bpe import train_bpe
-from slm_lm.errors import InputError
-from slm_lm.scorer import Scorer, load_scorer
+from slm_lm.common.errors import InputError
+from slm_lm.model.bpe import train_bpe
+from slm_lm.scoring.scorer import Scorer, load_scorer
 
 TEXT = """IN THE BEGINNING GOD CREATED THE HEAVEN AND THE EARTH
 AND THE EARTH WAS WITHOUT FORM AND VOID AND DARKNESS WAS UPON THE FACE OF THE DEEP

@@ -44,7 +44,7 @@ def test_the_check_finds_path_edits_and_script_imports(tmp_path):
     script = tmp_path / "x.py"
     script.write_text("import sys\nsys.path.insert(0, 'local')\nfrom plot_position_ce import parse_models\n"
                       "import importlib.util\nimportlib.util.spec_from_file_location('x', 'local/x.py')\n"
-                      "from . import y\nfrom slm_lm.errors import fail\nimport json\n")
+                      "from . import y\nfrom slm_lm.common.errors import fail\nimport json\n")
     assert "plot_position_ce" in SCRIPT_NAMES
     assert standalone_problems(script) == ["line 2: sys.path", "line 3: imports the script plot_position_ce",
                                            "line 5: loads a file as a module", "line 6: imports the script ."]

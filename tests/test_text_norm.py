@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from conftest import MIRROR
-from slm_lm.text_norm import normalize_librispeech, number_to_words, ordinal_to_words
+from slm_lm.data.text_norm import normalize_librispeech, number_to_words, ordinal_to_words
 
 CLEAN = re.compile(r"(?:[A-Z']+(?: [A-Z']+)*)?")
 

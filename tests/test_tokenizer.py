@@ -6,11 +6,11 @@ import pytest
 
 from conftest import MIRROR
 from slm_lm.bin import train_bpe as cli
-from slm_lm.bpe import train_bpe
-from slm_lm.errors import InputError
-from slm_lm.text_cleanup import book_sentences
-from slm_lm.text_norm import normalize_librispeech
-from slm_lm.tokenizer import Tokenizer, read_token_list
+from slm_lm.model.bpe import train_bpe
+from slm_lm.common.errors import InputError
+from slm_lm.data.text_cleanup import book_sentences
+from slm_lm.data.text_norm import normalize_librispeech
+from slm_lm.model.tokenizer import Tokenizer, read_token_list
 
 VOCAB = 300
 

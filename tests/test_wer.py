@@ -1,4 +1,4 @@
-"""WER (slm_lm.wer): alignment counts equal to jiwer's, ESPnet's columns, the paired bootstrap comparison
+"""WER (slm_lm.rescoring.wer): alignment counts equal to jiwer's, ESPnet's columns, the paired bootstrap comparison
 and its command line (slm-compare-wer)."""
 import subprocess
 import sys
@@ -8,8 +8,8 @@ import jiwer
 import numpy as np
 import pytest
 
-from slm_lm.errors import InputError
-from slm_lm.wer import align_transcripts, align_words, paired_bootstrap, wer_columns, wer_table, word_errors
+from slm_lm.common.errors import InputError
+from slm_lm.rescoring.wer import align_transcripts, align_words, paired_bootstrap, wer_columns, wer_table, word_errors
 
 REPO = Path(__file__).resolve().parents[1]
 

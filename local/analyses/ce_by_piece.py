@@ -12,9 +12,9 @@ the word's other pieces too, which makes words of many pieces cheap; a left-to-r
 import argparse
 from pathlib import Path
 
-from slm_lm.analysis_inputs import parse_models, read_sentences
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import write_atomic
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import write_atomic
+from slm_lm.evaluation.analysis_inputs import parse_models, read_sentences
 
 KINDS = ("first piece", "later piece", "end of sentence")
 WHOLE_WORDS = ":whole-words"
@@ -45,7 +45,7 @@ def main(argv=None):
     p.add_argument("--max-sentences", type=int, default=None, help="the first N sentences only")
     p.add_argument("--out", required=True, help="TSV: model, kind of position, mean CE, count")
     args = p.parse_args(argv)
-    from slm_lm.scorer import load_scorer
+    from slm_lm.scoring.scorer import load_scorer
 
     try:
         sentences = [s for s in read_sentences(args.text) if s.strip()][: args.max_sentences]

@@ -7,7 +7,7 @@ import json
 import math
 from pathlib import Path
 
-from slm_lm.errors import InputError, fail
+from slm_lm.common.errors import InputError, fail
 
 KINDS = ("slm", "clm", "mlm", "bilm", "tta")
 
@@ -24,7 +24,7 @@ def heldout(path: Path):
 
 def parameters(model_dir: Path) -> float:
     """Millions of parameters of an LM experiment directory."""
-    from slm_lm.scorer import Scorer
+    from slm_lm.scoring.scorer import Scorer
 
     return sum(p.numel() for p in Scorer.from_pretrained(model_dir).model.parameters()) / 1e6
 

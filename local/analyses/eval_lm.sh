@@ -2,7 +2,7 @@
 # Evaluate one LM: BLiMP, LibriSpeech dev 10-best rescoring in both directions (lambda tuned on one dev set,
 # applied to the other), held-out scores. Finished steps are skipped.
 # Usage: [NBEST=DIR] [BLIMP_LIMIT=N] bash local/analyses/eval_lm.sh MODEL HELDOUT_TEXT OUT_DIR [LABEL]
-#   MODEL: anything slm_lm.scorer.load_scorer accepts; OUT_DIR gets blimp/, tune_dev_*/, heldout.tsv.
+#   MODEL: anything slm_lm.scoring.scorer.load_scorer accepts; OUT_DIR gets blimp/, tune_dev_*/, heldout.tsv.
 #   NBEST: a folder with dev_clean/ and dev_other/ N-best sets (default: those of slm-data get librispeech-nbest;
 #   BLiMP too comes from the data directory, slm-data get blimp);
 #   BLIMP_LIMIT: only the first N pairs of each BLiMP paradigm (default: all);

@@ -7,10 +7,10 @@ Usage: python local/analyses/mini_heldout_text.py OUT.txt [--bible bible]      (
 """
 import argparse
 
-from slm_lm.corpora.bible import DEV_BOOKS, TEST_BOOKS, read_bible
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import write_atomic
-from slm_lm.text_norm import normalize_librispeech
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import write_atomic
+from slm_lm.data.bible import DEV_BOOKS, TEST_BOOKS, read_bible
+from slm_lm.data.text_norm import normalize_librispeech
 
 
 def main(argv=None):

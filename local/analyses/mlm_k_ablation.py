@@ -3,7 +3,7 @@
 tokens masked per pass (k = 1, 2, 3, n/3, n/2; ceil(n/k) passes, or 3 and 2 passes), compared on
   - pseudo-perplexity on held-out sentences of --length pieces (0 = all sentences): exp of the mean
     negative PLL term over every scored token (pieces and the end of sentence);
-  - N-best rescoring WER on the dev sets via slm_lm.rescore. With two or more dev sets each set is
+  - N-best rescoring WER on the dev sets via slm_lm.rescoring.rescore. With two or more dev sets each set is
     scored with the weights tuned on the others (no set tunes its own lambda); with one set, tuned on
     itself (optimistic, marked in the table).
 --also LABEL=SPEC adds other models (e.g. the SLM) as extra rows.
@@ -19,13 +19,13 @@ import json
 import math
 from pathlib import Path
 
-from slm_lm.analysis_inputs import exact_length, parse_models, read_sentences
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import write_atomic
-from slm_lm.nbest import load_nbest
-from slm_lm.rescore import rescore
-from slm_lm.scored_set import parse_am_weights
-from slm_lm.weight_search import parse_range
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import write_atomic
+from slm_lm.evaluation.analysis_inputs import exact_length, parse_models, read_sentences
+from slm_lm.rescoring.nbest import load_nbest
+from slm_lm.rescoring.rescore import rescore
+from slm_lm.rescoring.scored_set import parse_am_weights
+from slm_lm.rescoring.weight_search import parse_range
 
 DEFAULT_KS = "1,2,3,n/3,n/2"
 
@@ -104,8 +104,8 @@ def main(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    from slm_lm.models import MaskedLM
-    from slm_lm.scorer import Scorer, load_scorer
+    from slm_lm.model.kinds import MaskedLM
+    from slm_lm.scoring.scorer import Scorer, load_scorer
 
     out = Path(args.out)
     try:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from slm_lm.analysis_inputs import exact_length, parse_models, read_sentences
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import save_png, write_atomic
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import save_png, write_atomic
+from slm_lm.evaluation.analysis_inputs import exact_length, parse_models, read_sentences
 
 
 def position_ce(scorer, sentences: list, length: int) -> list:
@@ -58,7 +58,7 @@ def main(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    from slm_lm.scorer import load_scorer
+    from slm_lm.scoring.scorer import load_scorer
 
     try:
         models = parse_models(args.model)

@@ -11,8 +11,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from slm_lm.errors import InputError  # noqa: E402
-from slm_lm.fileio import save_png  # noqa: E402
+from slm_lm.common.errors import InputError  # noqa: E402
+from slm_lm.common.fileio import save_png  # noqa: E402
 
 
 def read_curve(run_dir: Path) -> list:

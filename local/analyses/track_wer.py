@@ -7,21 +7,21 @@ track stage returned (track_scores.tsv.xz), the LM weight tuned on one dev set a
 
 Prints, and writes to OUT/track.md, a row per model: kind, updates, training minutes and validation CE (its
 KIND/curve.tsv row), and each dev set's WER with the weight tuned on the other set; with --first-pass, also
-with the lists' first-pass LM (score:lm) tuned jointly. The rescoring is slm-rescore's (`slm_lm.rescore`),
+with the lists' first-pass LM (score:lm) tuned jointly. The rescoring is slm-rescore's (`slm_lm.rescoring.rescore`),
 reading the returned scores instead of a model; its outputs go to OUT/<model>/tune_<dev set>/.
 """
 import argparse
 import lzma
 from pathlib import Path
 
-from slm_lm import datasets
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import write_atomic
-from slm_lm.nbest import load_nbest
-from slm_lm.rescore import rescore
-from slm_lm.rescore_inputs import normalized_sets
-from slm_lm.scored_set import ScoreColumn, parse_am_weights
-from slm_lm.weight_search import parse_range
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import write_atomic
+from slm_lm.data import datasets
+from slm_lm.rescoring.inputs import normalized_sets
+from slm_lm.rescoring.nbest import load_nbest
+from slm_lm.rescoring.rescore import rescore
+from slm_lm.rescoring.scored_set import ScoreColumn, parse_am_weights
+from slm_lm.rescoring.weight_search import parse_range
 
 TABLE = "track_scores.tsv.xz"
 DEV_SETS = ("dev_clean", "dev_other")

@@ -20,8 +20,8 @@ import time
 import torch
 
 from slm_lm import build_lm
-from slm_lm.fileio import write_atomic
-from slm_lm.throughput import add_shape_options, random_batch, shape_overrides, synchronize
+from slm_lm.common.fileio import write_atomic
+from slm_lm.pretrain.throughput import add_shape_options, random_batch, shape_overrides, synchronize
 
 ATTENTIONS = ("sdpa", "flex")
 

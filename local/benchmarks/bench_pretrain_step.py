@@ -40,15 +40,15 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from slm_lm.backbone import PADDING
-from slm_lm.config import SIZES
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import write_atomic
-from slm_lm.models import model_from_config
-from slm_lm.precision import autocast
+from slm_lm.model.backbone import PADDING
+from slm_lm.model.config import SIZES
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import write_atomic
+from slm_lm.model.kinds import model_from_config
+from slm_lm.model.precision import autocast
 from slm_lm.pretrain import PretrainSettings
 from slm_lm.pretrain.trainer import _TrainingRun, training_data
-from slm_lm.throughput import add_shape_options, kind_list, matmul_tflops, shape_overrides, synchronize
+from slm_lm.pretrain.throughput import add_shape_options, kind_list, matmul_tflops, shape_overrides, synchronize
 
 PATHS = ("padded", "packed", "compiled")
 

@@ -2,7 +2,7 @@
 
 Models are save_pretrained / ESPnet dirs (``--model DIR``) or random weights of a kind and size
 (``--random-init slm:small``, needs ``--tokenizer DIR`` with ``bpe.model`` + ``tokens.txt``): speed does
-not depend on the weights. Each model scores the same texts through ``slm_lm.scorer.Scorer``, as
+not depend on the weights. Each model scores the same texts through ``slm_lm.scoring.scorer.Scorer``, as
 ``slm-rescore`` does. With ``--sample S`` only S texts drawn at random (seeded) are timed and the time
 is scaled to all unique texts (marked '~'); MLM-PLL on a CPU needs this. ``--texts FILE`` times the texts
 of a file instead (one a line, duplicates dropped; ``.xz`` read as lzma), e.g. the unique hypotheses of a
@@ -23,12 +23,14 @@ from pathlib import Path
 
 import torch
 
-from slm_lm import build_lm, datasets
-from slm_lm.errors import InputError, fail
-from slm_lm.nbest import load_nbest
-from slm_lm.fileio import write_atomic
-from slm_lm.scorer import Scorer, load_scorer
-from slm_lm.tokenizer import Tokenizer
+from slm_lm import build_lm
+
+from slm_lm.data import datasets
+from slm_lm.common.errors import InputError, fail
+from slm_lm.rescoring.nbest import load_nbest
+from slm_lm.common.fileio import write_atomic
+from slm_lm.scoring.scorer import Scorer, load_scorer
+from slm_lm.model.tokenizer import Tokenizer
 
 
 

@@ -21,9 +21,9 @@ import time
 import torch
 
 from slm_lm import build_lm
-from slm_lm.backbone import padded_sentences
-from slm_lm.models import MaskedLM, gather_logprobs
-from slm_lm.throughput import synchronize
+from slm_lm.model.backbone import padded_sentences
+from slm_lm.model.kinds import MaskedLM, gather_logprobs
+from slm_lm.pretrain.throughput import synchronize
 
 
 def sentences(n_tokens: int, batch: int, vocab: int, generator) -> tuple:

@@ -9,7 +9,7 @@ timed (a `Trainer` subclass times it), so process start-up, model building, vali
 saving are left out; data loading and tokenisation happen inside it (num_workers 0) and are counted.
 Tokens/s counts real tokens only: each sentence's pieces + its two `<sos/eos>`, no padding.
 
-Bare step: `slm_lm.throughput.train_step` (model.loss + backward + AdamW) on random `--length`-token rows
+Bare step: `slm_lm.pretrain.throughput.train_step` (model.loss + backward + AdamW) on random `--length`-token rows
 without padding, on a model of the same kind, size and vocabulary, `--tokens` tokens a batch; the real
 path's `batch_bins` is set so its batches hold the same number of real tokens on average.
 
@@ -40,17 +40,17 @@ import yaml
 
 from espnet2.train.trainer import Trainer
 
-from slm_lm import datasets
-from slm_lm.config import SIZES, lm_config
-from slm_lm.errors import InputError, fail
+from slm_lm.data import datasets
+from slm_lm.model.config import SIZES, lm_config
+from slm_lm.common.errors import InputError, fail
 from slm_lm.espnet_lm.checks import kind_token_list
 from slm_lm.espnet_lm.data import write_espnet_text
 from slm_lm.espnet_lm.espnet_model import sentence_batch
 from slm_lm.espnet_lm.task import SlmLMTask
-from slm_lm.fileio import write_atomic
-from slm_lm.lm_text import PrepConfig, prepare_lm_text
-from slm_lm.models import model_from_config
-from slm_lm.throughput import kind_list, matmul_tflops, random_batch, train_step
+from slm_lm.common.fileio import write_atomic
+from slm_lm.data.lm_text import PrepConfig, prepare_lm_text
+from slm_lm.model.kinds import model_from_config
+from slm_lm.pretrain.throughput import kind_list, matmul_tflops, random_batch, train_step
 
 REPO = Path(__file__).resolve().parents[2]
 TOKENIZER = REPO / "slm_lm" / "pretrained" / "slm-books"

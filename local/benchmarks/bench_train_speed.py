@@ -29,9 +29,9 @@ import time
 import torch
 
 from slm_lm import build_lm
-from slm_lm.config import KINDS
-from slm_lm.fileio import write_atomic
-from slm_lm.throughput import (add_shape_options, kind_list, matmul_tflops, random_batch, shape_overrides,
+from slm_lm.model.config import KINDS
+from slm_lm.common.fileio import write_atomic
+from slm_lm.pretrain.throughput import (add_shape_options, kind_list, matmul_tflops, random_batch, shape_overrides,
                                synchronize, train_step)
 
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import torch
 
 from slm_lm import build_lm
-from slm_lm.config import KINDS, SIZES
-from slm_lm.fileio import write_atomic
+from slm_lm.common.fileio import write_atomic
+from slm_lm.model.config import KINDS, SIZES
+from slm_lm.model.tokenizer import Tokenizer
 from slm_lm.pretrain import load_corpus
-from slm_lm.scorer import Scorer
-from slm_lm.tokenizer import Tokenizer
+from slm_lm.scoring.scorer import Scorer
 
 
 def compare(full: list, half: list) -> dict:

@@ -16,8 +16,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from slm_lm import build_lm
-from slm_lm.config import KINDS
-from slm_lm.precision import DTYPES, autocast
+from slm_lm.model.config import KINDS
+from slm_lm.model.precision import DTYPES, autocast
 from slm_lm.pretrain import PackedRows, Sentences, load_corpus, pack_rows
 
 

@@ -17,9 +17,9 @@ import json
 import math
 from pathlib import Path
 
-from slm_lm.config import LMConfig
-from slm_lm.errors import InputError, fail
-from slm_lm.options import number
+from slm_lm.model.config import LMConfig
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.options import number
 
 
 def parse_args(argv=None):

@@ -46,13 +46,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from slm_lm import datasets
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import write_atomic
-from slm_lm.nbest import load_nbest
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import write_atomic
+from slm_lm.data import datasets
+from slm_lm.model.tokenizer import Tokenizer
 from slm_lm.pretrain.corpus import load_corpus, read_ids, write_corpus
-from slm_lm.scorer import Scorer
-from slm_lm.tokenizer import Tokenizer
+from slm_lm.rescoring.nbest import load_nbest
+from slm_lm.scoring.scorer import Scorer
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("tests", "parity", "latency", "rescoring", "mfu", "attention", "train", "track")
@@ -227,7 +227,7 @@ def prepare(args) -> None:
 
 def dev_texts(dev_sets: list) -> list:
     """The unique texts of the sets' 10-best lists, normalised as slm-rescore's LM sees them, sorted."""
-    from slm_lm.rescore_inputs import normalized_sets  # needs jiwer: on CPU (prepare) only, not on the GPU machine
+    from slm_lm.rescoring.inputs import normalized_sets  # needs jiwer: on CPU (prepare) only, not on the GPU machine
 
     sets = normalized_sets([load_nbest(d, nbest=10) for d in dev_sets])
     return sorted({text for s in sets for text in s.unique_texts()})

@@ -14,12 +14,12 @@ import json
 import sys
 from pathlib import Path
 
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import write_atomic
-from slm_lm.nbest import espnet_hypothesis_dirs
-from slm_lm.progress import progress_bar
-from slm_lm.transcripts import read_keyed, read_table, require_file
-from slm_lm.options import Parser
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import write_atomic
+from slm_lm.rescoring.nbest import espnet_hypothesis_dirs
+from slm_lm.common.progress import progress_bar
+from slm_lm.rescoring.transcripts import read_keyed, read_table, require_file
+from slm_lm.common.options import Parser
 
 PROG = "slm-am-scores"
 

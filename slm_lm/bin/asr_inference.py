@@ -9,8 +9,8 @@ Example:
         --lm_file exp/lm_clm/valid.loss.ave.pth --lm_weight 0.3 --nbest 10 \
         --data_path_and_name_and_type data/test/wav.scp,speech,sound --output_dir exp/decode/test
 """
-from slm_lm.errors import InputError, fail
-from slm_lm.model_dir import read_espnet_config as read_config
+from slm_lm.common.errors import InputError, fail
+from slm_lm.model.directory import read_espnet_config as read_config
 
 
 def check_fusion_lm(lm_train_config, asr_train_config) -> None:

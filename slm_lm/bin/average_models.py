@@ -12,17 +12,17 @@ another command is refused); its files are written in a temporary directory and 
 import argparse
 from pathlib import Path
 
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import read_json
-from slm_lm.options import Parser
-from slm_lm.outputs import check_no_overlap, check_output_dir, finish_interrupted, staged_outputs
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import read_json
+from slm_lm.common.options import Parser
+from slm_lm.common.outputs import check_no_overlap, check_output_dir, finish_interrupted, staged_outputs
 
 COMMAND = "slm-average-models"
 
 
 def _earlier_average(out: Path, names) -> set:
     """`names` when `out` holds an earlier average (its training.json records what it averaged), else none."""
-    from slm_lm import model_dir
+    from slm_lm.model import directory as model_dir
 
     card = out / model_dir.TRAINING_FILE
     try:
@@ -34,7 +34,7 @@ def _earlier_average(out: Path, names) -> set:
 
 def average_models(models: list, out) -> dict:
     """Write the average of `models` (directories) to `out`; return its training card."""
-    from slm_lm import model_dir
+    from slm_lm.model import directory as model_dir
 
     if len(models) < 2:
         raise InputError(f"give at least two models to average, got {len(models)}")

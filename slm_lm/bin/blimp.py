@@ -7,11 +7,11 @@ interrupted run resumes from it). Ties count as errors.
 import argparse
 from pathlib import Path
 
-from slm_lm import datasets
-from slm_lm.errors import InputError, fail
-from slm_lm.options import Parser, number
-from slm_lm.outputs import check_no_overlap, check_output_dir
-from slm_lm.precision import DTYPE_CHOICES, device_option
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.options import Parser, number
+from slm_lm.common.outputs import check_no_overlap, check_output_dir
+from slm_lm.data import datasets
+from slm_lm.model.precision import DTYPE_CHOICES, device_option
 
 
 def parse_args(argv=None):
@@ -37,8 +37,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from slm_lm.blimp import load_blimp, score_blimp, write_results
-    from slm_lm.scorer import load_scorer
+    from slm_lm.evaluation.blimp import load_blimp, score_blimp, write_results
+    from slm_lm.scoring.scorer import load_scorer
 
     options = {k: v for k, v in dict(device=args.device, dtype=args.dtype, max_tokens=args.max_tokens,
                                      case=args.case).items() if v is not None}

@@ -7,16 +7,16 @@ REF: a Kaldi ``text`` file or an sclite ``.trn`` file; TEXT: a Kaldi ``text`` fi
 (e.g. slm-rescore's OUT/<set>/1best_recog/text). Every system must cover exactly the utterances of REF.
 References and hypotheses are normalised LibriSpeech-style as slm-rescore does (``--no-normalize`` to
 score the texts as they are). Each system after the first is compared with the first
-(:func:`slm_lm.wer.paired_bootstrap`); prints a markdown table: WER, the difference to the first system
+(:func:`slm_lm.rescoring.wer.paired_bootstrap`); prints a markdown table: WER, the difference to the first system
 with its 95 % interval, and the share of resamples in which the system is better.
 """
 
 
-from slm_lm.errors import InputError, fail
-from slm_lm.options import Parser, number
-from slm_lm.text_norm import normalize_librispeech
-from slm_lm.transcripts import read_refs, read_text
-from slm_lm.wer import paired_bootstrap, word_errors
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.options import Parser, number
+from slm_lm.data.text_norm import normalize_librispeech
+from slm_lm.rescoring.transcripts import read_refs, read_text
+from slm_lm.rescoring.wer import paired_bootstrap, word_errors
 
 MAX_SAMPLES = 1_000_000  # resamples: time and memory grow with them
 

@@ -7,14 +7,14 @@ LM corpus) into the data directory, checking every file's checksum, or print whe
 
 The data directory is --dir, else $SLM_LM_DATA, else ~/.cache/slm_lm. A mirror is a local folder laid out like
 the data directory (for offline use); without one, files come from their public sources (GitHub, gutenberg.org,
-OpenSLR). Layout, sources and checksums: slm_lm/datasets.py.
+OpenSLR). Layout, sources and checksums: slm_lm/data/datasets.py.
 """
 import argparse
 
-from slm_lm import datasets
-from slm_lm.errors import InputError, fail
-from slm_lm.options import Parser
-from slm_lm.outputs import check_output_dir
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.options import Parser
+from slm_lm.common.outputs import check_output_dir
+from slm_lm.data import datasets
 
 
 def parse_args(argv=None):

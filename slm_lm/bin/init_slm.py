@@ -16,10 +16,10 @@ links followed: the source model is never overwritten.
 import argparse
 from pathlib import Path
 
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import why_not
-from slm_lm.options import Parser
-from slm_lm.outputs import check_no_overlap, check_output_dir
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import why_not
+from slm_lm.common.options import Parser
+from slm_lm.common.outputs import check_no_overlap, check_output_dir
 
 PROG = "slm-init-slm"
 
@@ -39,7 +39,7 @@ def parse_args(argv=None):
 def input_paths(source: Path) -> list:
     """What reading the model in `source` reads: the directory and, for an ESPnet LM experiment, the
     sentencepiece model its config.yaml names (wherever it lies)."""
-    from slm_lm import model_dir
+    from slm_lm.model import directory as model_dir
 
     inputs = [source]
     if (source / model_dir.ESPNET_CONFIG).is_file() and not (source / model_dir.CONFIG_FILE).exists():
@@ -55,9 +55,10 @@ def input_paths(source: Path) -> list:
 
 def main(argv=None):
     args = parse_args(argv)
-    from slm_lm import model_dir, pretrained
-    from slm_lm.hf import is_hf_model_dir
-    from slm_lm.init_from_mlm import from_our_checkpoint, slm_from_hf
+    from slm_lm import pretrained
+    from slm_lm.model import directory as model_dir
+    from slm_lm.model.hf_tokenizer import is_hf_model_dir
+    from slm_lm.pretrain.init_from_mlm import from_our_checkpoint, slm_from_hf
 
     source, out = Path(args.source), Path(args.out)
     try:

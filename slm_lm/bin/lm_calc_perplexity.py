@@ -6,9 +6,9 @@ and tta; for mlm from the pseudo-log-likelihood. Example:
         --model_file exp/lm_slm/valid.loss.ave.pth --data_path_and_name_and_type data/dev/text,text,text \
         --output_dir exp/lm_slm/perplexity_dev      # writes ppl, base, utt2ppl, utt2ntokens
 """
-from slm_lm.config import KINDS
-from slm_lm.errors import InputError, fail
-from slm_lm.model_dir import read_espnet_config
+from slm_lm.common.errors import InputError, fail
+from slm_lm.model.config import KINDS
+from slm_lm.model.directory import read_espnet_config
 
 
 def check_train_config(path) -> None:

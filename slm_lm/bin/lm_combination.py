@@ -17,10 +17,9 @@ import re
 import sys
 from pathlib import Path
 
-from slm_lm.errors import InputError, fail
-from slm_lm.outputs import check_no_overlap, check_output_dir, finish_interrupted, staged_outputs
-from slm_lm.rescore import rescore
-from slm_lm.rescore_inputs import (
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.outputs import check_no_overlap, check_output_dir, finish_interrupted, staged_outputs
+from slm_lm.rescoring.inputs import (
     comma_list,
     lm_specs,
     load_lms,
@@ -30,6 +29,7 @@ from slm_lm.rescore_inputs import (
     scorer_options,
     tuning_options,
 )
+from slm_lm.rescoring.rescore import rescore
 
 
 def combinations(n_lms: int) -> list[tuple[int, ...]]:

@@ -15,9 +15,9 @@ import sys
 
 import yaml
 
-from slm_lm.errors import InputError, fail, yaml_problem
+from slm_lm.common.errors import InputError, fail, yaml_problem
+from slm_lm.common.fileio import decode_utf8, read_small_file
 from slm_lm.espnet_lm.quiet_import import quiet_espnet_import
-from slm_lm.fileio import decode_utf8, read_small_file
 
 
 def get_parser():

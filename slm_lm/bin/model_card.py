@@ -21,18 +21,20 @@ import re
 import shutil
 from pathlib import Path
 
-from slm_lm import datasets, model_dir, pretrained
-from slm_lm.blimp import load_blimp, score_blimp
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import read_json, write_atomic
-from slm_lm.nbest import NbestSet, load_nbest
-from slm_lm.options import Parser, number
-from slm_lm.outputs import check_no_overlap, check_output_dir, finish_interrupted, staged_outputs
-from slm_lm.rescore_report import set_report
-from slm_lm.score_cache import lm_scores
-from slm_lm.scored_set import build_scored_set
-from slm_lm.scorer import load_scorer
-from slm_lm.weight_search import Weights
+from slm_lm import pretrained
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import read_json, write_atomic
+from slm_lm.common.options import Parser, number
+from slm_lm.common.outputs import check_no_overlap, check_output_dir, finish_interrupted, staged_outputs
+from slm_lm.data import datasets
+from slm_lm.evaluation.blimp import load_blimp, score_blimp
+from slm_lm.model import directory as model_dir
+from slm_lm.rescoring.nbest import NbestSet, load_nbest
+from slm_lm.rescoring.report import set_report
+from slm_lm.rescoring.scored_set import build_scored_set
+from slm_lm.rescoring.weight_search import Weights
+from slm_lm.scoring.cache import lm_scores
+from slm_lm.scoring.scorer import load_scorer
 
 CARD_FILE = "card.json"  # the card's figures; README.md is the card
 COMMAND = "slm-model-card"

@@ -26,13 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from slm_lm.errors import InputError, fail, os_problem
-from slm_lm.fileio import write_atomic
-from slm_lm.options import Parser, number
-from slm_lm.outputs import check_no_overlap, check_output_file
-from slm_lm.rescore_inputs import load_lms, load_nbest_sets, normalized_sets
-from slm_lm.score_cache import lm_scores
-from slm_lm.scored_set import ScoreColumn, build_scored_set, parse_am_weights
+from slm_lm.common.errors import InputError, fail, os_problem
+from slm_lm.common.fileio import write_atomic
+from slm_lm.common.options import Parser, number
+from slm_lm.common.outputs import check_no_overlap, check_output_file
+from slm_lm.rescoring.inputs import load_lms, load_nbest_sets, normalized_sets
+from slm_lm.rescoring.scored_set import ScoreColumn, build_scored_set, parse_am_weights
+from slm_lm.scoring.cache import lm_scores
 
 
 def preferences(scored, j: int) -> dict:

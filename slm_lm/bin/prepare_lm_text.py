@@ -2,9 +2,9 @@
 
 import json
 
-from slm_lm.errors import InputError, fail
-from slm_lm.lm_text import PrepConfig, prepare_lm_text
-from slm_lm.options import Parser, number
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.options import Parser, number
+from slm_lm.data.lm_text import PrepConfig, prepare_lm_text
 
 
 def _paths(value: str) -> list:

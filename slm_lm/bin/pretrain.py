@@ -10,11 +10,11 @@ OUT/snapshots/UPDATES/.
 import json
 from pathlib import Path
 
-from slm_lm.config import KINDS, SIZES
-from slm_lm.errors import InputError, fail
-from slm_lm.options import Parser, number
-from slm_lm.outputs import check_no_overlap, check_output_dir, check_output_file
-from slm_lm.precision import DTYPE_CHOICES, device_option
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.options import Parser, number
+from slm_lm.common.outputs import check_no_overlap, check_output_dir, check_output_file
+from slm_lm.model.config import KINDS, SIZES
+from slm_lm.model.precision import DTYPE_CHOICES, device_option
 
 
 def main(argv=None):
@@ -78,8 +78,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         if args.command == "encode":
+            from slm_lm.model.tokenizer import Tokenizer
             from slm_lm.pretrain import encode_corpus
-            from slm_lm.tokenizer import Tokenizer
 
             if not args.out.endswith(".ids.xz"):
                 raise InputError(f"--out {args.out}: name it NAME.ids.xz (train reads DATA/train.ids.xz and "

@@ -17,10 +17,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from slm_lm.errors import InputError, fail
-from slm_lm.rescore import rescore
-from slm_lm.scored_set import score_column
-from slm_lm.rescore_inputs import (
+from slm_lm.common.errors import InputError, fail
+from slm_lm.rescoring.rescore import rescore
+from slm_lm.rescoring.scored_set import score_column
+from slm_lm.rescoring.inputs import (
     comma_list,
     lm_specs,
     load_lms,
@@ -30,8 +30,8 @@ from slm_lm.rescore_inputs import (
     scorer_options,
     tuning_options,
 )
-from slm_lm.outputs import check_no_overlap
-from slm_lm.rescore_report import check_cache, check_out_dir, check_set_names
+from slm_lm.common.outputs import check_no_overlap
+from slm_lm.rescoring.report import check_cache, check_out_dir, check_set_names
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,11 +15,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from slm_lm import bleu
-from slm_lm.errors import InputError, fail
-from slm_lm.mt_nbest import BPE_SYMBOLS, FORMATS, HYP_LINES, load_mt_nbest
-from slm_lm.mt_rescore import rerank_mt
-from slm_lm.rescore_inputs import (
+from slm_lm.rescoring import bleu
+from slm_lm.common.errors import InputError, fail
+from slm_lm.rescoring.mt_nbest import BPE_SYMBOLS, FORMATS, HYP_LINES, load_mt_nbest
+from slm_lm.rescoring.mt_rescore import rerank_mt
+from slm_lm.rescoring.inputs import (
     add_lm_option,
     add_scorer_options,
     add_weight_options,
@@ -29,8 +29,8 @@ from slm_lm.rescore_inputs import (
     scorer_options,
     tuning_options,
 )
-from slm_lm.scored_set import score_column
-from slm_lm.options import Parser, number
+from slm_lm.rescoring.scored_set import score_column
+from slm_lm.common.options import Parser, number
 
 PROG = "slm-rescore-mt"
 

@@ -9,12 +9,12 @@ import argparse
 import sys
 import time
 
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import atomic_open, read_text_lines
-from slm_lm.options import Parser, number
-from slm_lm.outputs import check_no_overlap, check_output_file
-from slm_lm.precision import DTYPE_CHOICES, device_option
-from slm_lm.tokenizer import UNKNOWN_CHOICES
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import atomic_open, read_text_lines
+from slm_lm.common.options import Parser, number
+from slm_lm.common.outputs import check_no_overlap, check_output_file
+from slm_lm.model.precision import DTYPE_CHOICES, device_option
+from slm_lm.model.tokenizer import UNKNOWN_CHOICES
 
 
 def parse_args(argv=None):
@@ -85,7 +85,7 @@ def score_stream(args, scorer, out) -> tuple[int, int]:
 
 def main(argv=None):
     args = parse_args(argv)
-    from slm_lm.scorer import load_scorer
+    from slm_lm.scoring.scorer import load_scorer
 
     started = time.time()
     try:

@@ -10,11 +10,11 @@ import argparse
 import json
 from pathlib import Path
 
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import read_text_lines, write_atomic
-from slm_lm.options import Parser, number
-from slm_lm.outputs import check_no_overlap, check_output_dir, finish_interrupted, staged_outputs
-from slm_lm.transcripts import parse_trn_line, trn_uttid
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import read_text_lines, write_atomic
+from slm_lm.common.options import Parser, number
+from slm_lm.common.outputs import check_no_overlap, check_output_dir, finish_interrupted, staged_outputs
+from slm_lm.rescoring.transcripts import parse_trn_line, trn_uttid
 
 COMMAND = "slm-subset-nbest"
 RECORD = "subset.json"

@@ -2,9 +2,9 @@
 
 import time
 
-from slm_lm.bpe import train_bpe
-from slm_lm.errors import InputError, fail
-from slm_lm.options import Parser, number
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.options import Parser, number
+from slm_lm.model.bpe import train_bpe
 
 
 def main(argv=None):

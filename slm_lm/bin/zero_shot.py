@@ -14,14 +14,21 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from slm_lm.errors import InputError, fail, os_problem
-from slm_lm.fileio import write_atomic
-from slm_lm.precision import DTYPE_CHOICES, device_option
-from slm_lm.score_cache import LocatedScorer, lm_scores
-from slm_lm.tokenizer import UNKNOWN_CHOICES
-from slm_lm.zero_shot import check_pattern, classify, parse_label_words, predictions_tsv, read_examples, sentences
-from slm_lm.options import Parser
-from slm_lm.outputs import check_output_file
+from slm_lm.common.errors import InputError, fail, os_problem
+from slm_lm.common.fileio import write_atomic
+from slm_lm.common.options import Parser
+from slm_lm.common.outputs import check_output_file
+from slm_lm.evaluation.zero_shot import (
+    check_pattern,
+    classify,
+    parse_label_words,
+    predictions_tsv,
+    read_examples,
+    sentences,
+)
+from slm_lm.model.precision import DTYPE_CHOICES, device_option
+from slm_lm.model.tokenizer import UNKNOWN_CHOICES
+from slm_lm.scoring.cache import LocatedScorer, lm_scores
 
 PROG = "slm-zero-shot"
 
@@ -59,7 +66,7 @@ def main(argv=None) -> None:
         words = parse_label_words(args.labels)
         examples = read_examples(args.data)
         where = sentences(examples, patterns, words)
-        from slm_lm.scorer import load_scorer  # torch only once the inputs are read
+        from slm_lm.scoring.scorer import load_scorer  # torch only once the inputs are read
 
         options = {"dtype": args.dtype, "unknown": args.unknown, **({"device": args.device} if args.device else {})}
         if args.no_normalize:

@@ -1,8 +1,8 @@
 """The base of the slm_lm LM classes for ESPnet: an slm_lm model of one kind under ESPnet's `AbsLM` type."""
 from espnet2.lm.abs_model import AbsLM
 
-from slm_lm.model_dir import rename_espnet_model_alias
-from slm_lm.models import LanguageModel, build_lm
+from slm_lm.model.directory import rename_espnet_model_alias
+from slm_lm.model.kinds import LanguageModel, build_lm
 
 
 class SlmLMForESPnet(AbsLM):

@@ -5,11 +5,11 @@ No ESPnet import here.
 import argparse
 import sys
 
-from slm_lm.config import MASK_KINDS
-from slm_lm.errors import InputError
-from slm_lm.fileio import read_text_lines
-from slm_lm.tokenizer import MASK, check_token_list
-from slm_lm.tokenizer import read_token_list as read_tokens_file
+from slm_lm.common.errors import InputError
+from slm_lm.common.fileio import read_text_lines
+from slm_lm.model.config import MASK_KINDS
+from slm_lm.model.tokenizer import MASK, check_token_list
+from slm_lm.model.tokenizer import read_token_list as read_tokens_file
 
 # Tokens an utterance takes beyond its pieces: <sos/eos> on both sides.
 BOUNDARY_TOKENS = 2

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import atomic_open, read_text_lines
-from slm_lm.options import Parser
-from slm_lm.outputs import check_no_overlap
-from slm_lm.progress import progress_bar
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import atomic_open, read_text_lines
+from slm_lm.common.options import Parser
+from slm_lm.common.outputs import check_no_overlap
+from slm_lm.common.progress import progress_bar
 
 
 def write_espnet_text(sentences, out_dir, bpemodel, prefix: str = "utt") -> int:

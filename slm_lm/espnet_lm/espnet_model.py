@@ -5,8 +5,8 @@ import torch
 from espnet2.lm.espnet_model import ESPnetLanguageModel
 from espnet2.torch_utils.device_funcs import force_gatherable
 
-from slm_lm import precision
 from slm_lm.espnet_lm.base_lm import SlmLMForESPnet
+from slm_lm.model import precision
 
 PAD_ID = 0
 
@@ -36,7 +36,7 @@ class SlmESPnetLanguageModel(ESPnetLanguageModel):
     `autocast` (`model_conf: {autocast: bfloat16}`) runs the training/validation loss under
     `torch.autocast` on the batch's device, CPU included (ESPnet's `use_amp` autocasts CUDA only); the
     log-softmax and the summed loss stay in float32 (`gather_logprobs`). `auto` is bfloat16 on devices
-    that compute it natively and float32 elsewhere (`slm_lm.precision.resolve_dtype`).
+    that compute it natively and float32 elsewhere (`slm_lm.model.precision.resolve_dtype`).
     """
 
     def __init__(self, lm: SlmLMForESPnet, vocab_size: int, ignore_id: int = PAD_ID, autocast: str = "float32"):

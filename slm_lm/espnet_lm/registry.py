@@ -24,11 +24,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from slm_lm.config import lm_config
-from slm_lm.errors import InputError, fail
+from slm_lm.common.errors import InputError, fail
 from slm_lm.espnet_lm.checks import check_mask_token, config_source, kind_token_list
 from slm_lm.espnet_lm.espnet_model import SlmESPnetLanguageModel
 from slm_lm.espnet_lm.lm import LM_CLASSES
+from slm_lm.model.config import lm_config
 
 MODEL_NAME = "slm_lm"
 

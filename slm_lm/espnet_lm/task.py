@@ -15,9 +15,9 @@ from espnet2.tasks.abs_task import optim_classes, scheduler_classes
 from espnet2.tasks.lm import LMTask
 from typeguard import TypeCheckError
 
-from slm_lm.config import lm_config
-from slm_lm.errors import InputError
-from slm_lm.outputs import check_no_overlap, check_output_dir
+from slm_lm.model.config import lm_config
+from slm_lm.common.errors import InputError
+from slm_lm.common.outputs import check_no_overlap, check_output_dir
 from slm_lm.espnet_lm.checks import BOUNDARY_TOKENS, check_data, config_source, kind_token_list
 from slm_lm.espnet_lm.espnet_model import AUTOCAST_DTYPES
 from slm_lm.espnet_lm.lm import LM_CLASSES
@@ -27,7 +27,7 @@ POSITIVE_OPTIONS = ("max_epoch", "batch_size", "batch_bins", "accum_grad", "num_
 
 
 def check_output_dir_of(args: argparse.Namespace) -> None:
-    """`--output_dir` by the shared output rules (`slm_lm.outputs`): a directory that can be written, and
+    """`--output_dir` by the shared output rules (`slm_lm.common.outputs`): a directory that can be written, and
     neither is, lies inside nor contains an input (token list, BPE model, config, data and shape files)."""
     data = [*(getattr(args, "train_data_path_and_name_and_type", None) or []),
             *(getattr(args, "valid_data_path_and_name_and_type", None) or [])]

@@ -6,7 +6,7 @@ Format (`encode_corpus`): the token ids of every sentence, pieces only, each sen
 `load_corpus` given a tokenizer refuses a corpus whose record names another tokenizer, and any corpus with
 a token id beyond that tokenizer's vocabulary; a corpus without the record (encoded before it existed) is
 accepted without the tokenizer check. `pack_rows` packs the sentences whole into rows of one length, `PackedRows`
-holds the packed tokens and sentence numbers (`slm_lm.backbone`) of an epoch as tensors.
+holds the packed tokens and sentence numbers (`slm_lm.model.backbone`) of an epoch as tensors.
 """
 import hashlib
 import json
@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from slm_lm.backbone import PADDING
-from slm_lm.errors import InputError, os_problem
-from slm_lm.fileio import atomic_open, read_text_lines
-from slm_lm.progress import progress_bar
-from slm_lm.tokenizer import Tokenizer
+from slm_lm.model.backbone import PADDING
+from slm_lm.common.errors import InputError, os_problem
+from slm_lm.common.fileio import atomic_open, read_text_lines
+from slm_lm.common.progress import progress_bar
+from slm_lm.model.tokenizer import Tokenizer
 
 
 def record_path(corpus) -> Path:

@@ -6,7 +6,7 @@ updates, tokens, train and valid CE; with `content_loss` the train column is the
 query-stream token) and the scoring-ready `out_dir`/model/ (see `export`) with its card (training.json), all
 refreshed at every validation (model/ as a whole: `install_model`); with `keep_models`, each validation's
 export is also kept in `out_dir`/snapshots/UPDATES/ (`keep_snapshot`). One run writes into `out_dir` at a
-time (`slm_lm.fileio.exclusive_dir_lock`); resuming a checkpoint with another kind, model shape, dropout, seed
+time (`slm_lm.common.fileio.exclusive_dir_lock`); resuming a checkpoint with another kind, model shape, dropout, seed
 or tokenizer is refused.
 """
 import pickle
@@ -18,17 +18,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from slm_lm import model_dir
-from slm_lm.config import LMConfig
-from slm_lm.errors import InputError, os_problem
-from slm_lm.fileio import exclusive_dir_lock, new_directory, write_atomic
-from slm_lm.models import model_from_config
-from slm_lm.outputs import check_output_dir, finish_interrupted, staged_outputs
-from slm_lm.precision import autocast, resolve_dtype
-from slm_lm.progress import progress_bar
+from slm_lm.model import directory as model_dir
+from slm_lm.model.config import LMConfig
+from slm_lm.common.errors import InputError, os_problem
+from slm_lm.common.fileio import exclusive_dir_lock, new_directory, write_atomic
+from slm_lm.model.kinds import model_from_config
+from slm_lm.common.outputs import check_output_dir, finish_interrupted, staged_outputs
+from slm_lm.model.precision import autocast, resolve_dtype
+from slm_lm.common.progress import progress_bar
 from slm_lm.pretrain.corpus import PackedRows, Sentences, load_corpus, pack_rows
 from slm_lm.pretrain.schedule import Budget, learning_rate
-from slm_lm.tokenizer import Tokenizer
+from slm_lm.model.tokenizer import Tokenizer
 
 COMMAND = "slm-pretrain"
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -56,7 +56,7 @@ class PretrainSettings:
     whole-word scoring: each piece predicted without the later pieces of its own word
     (`LanguageModel.token_logprobs`); the model is then scored that way. `init` starts a new run from a
     saved model's weights (see `initialise`); a resumed run ignores it. `dtype` is the autocast dtype, or
-    auto (`slm_lm.precision.resolve_dtype`); the card records the resolved one. `keep_models` keeps the
+    auto (`slm_lm.model.precision.resolve_dtype`); the card records the resolved one. `keep_models` keeps the
     export of every validation (`keep_snapshot`); it changes no training, so it is no part of the run's
     identity (`run_identity`): a run may be resumed with or without it.
     """
@@ -466,7 +466,7 @@ def initialise(model, spec: str, tokenizer: Tokenizer) -> None:
     the same (SLM, CLM, MLM and T-TA share one backbone: a CLM's or an MLM's weights can start an SLM, as
     the paper's BERT initialisation does).
     """
-    from slm_lm.scorer import Scorer
+    from slm_lm.scoring.scorer import Scorer
 
     source = Scorer.from_pretrained(spec)
     if source.tokenizer.digest() != tokenizer.digest():

@@ -12,9 +12,9 @@ import argparse
 from collections import defaultdict
 from pathlib import Path
 
-from slm_lm.errors import InputError, fail
-from slm_lm.corpora.librispeech import read_subset
-from slm_lm.transcripts import write_table
+from slm_lm.common.errors import InputError, fail
+from slm_lm.data.librispeech import read_subset
+from slm_lm.rescoring.transcripts import write_table
 
 
 def main(argv=None):

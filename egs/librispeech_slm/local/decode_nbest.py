@@ -29,10 +29,10 @@ from pathlib import Path
 
 import yaml
 
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import write_atomic
-from slm_lm.progress import progress_bar
-from slm_lm.transcripts import read_table
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import write_atomic
+from slm_lm.common.progress import progress_bar
+from slm_lm.rescoring.transcripts import read_table
 
 LAYOUT = ("text", "token", "token_int", "score", "scores")
 

@@ -25,10 +25,10 @@ import tarfile
 from pathlib import Path
 
 
-from slm_lm.corpora.librispeech import read_subset
-from slm_lm.download import get_verified, read_md5sums
-from slm_lm.errors import InputError, fail
-from slm_lm.progress import progress_bar
+from slm_lm.data.librispeech import read_subset
+from slm_lm.data.download import get_verified, read_md5sums
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.progress import progress_bar
 
 PARTS = ["train-clean-100", "train-clean-360", "train-other-500", "dev-clean", "dev-other",
          "test-clean", "test-other"]

@@ -2,7 +2,7 @@
 """Write RESULTS.md in ESPnet's style: per set, the WER of the AM-only 1-best (baseline), of each
 rescored 1-best and of the 10-best oracle (and a CER summary beside), with ESPnet's |Snt|Wrd|Corr|Sub|Del|Ins|Err|S.Err| columns
 (jiwer alignments) and a summary table; then each LM's change against the baseline with a paired
-bootstrap interval, per set and over the --pool sets together (all from slm_lm.wer). Above the tables,
+bootstrap interval, per set and over the --pool sets together (all from slm_lm.rescoring.wer). Above the tables,
 ESPnet's environment block: date, OS, versions, the checkout's git commit, and the --files (models, configs).
 
     make_results.py --decode-dir exp/asr_x/decode_asr --data data --sets "dev_clean test_clean" \
@@ -17,13 +17,13 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import write_atomic
-from slm_lm.outputs import check_no_overlap, check_output_file
-from slm_lm.nbest import read_espnet_nbest
-from slm_lm.scored_set import am_score, parse_am_weights
-from slm_lm.transcripts import read_text
-from slm_lm.wer import align_transcripts, char_tokens, paired_bootstrap, wer_columns, wer_table, word_errors
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import write_atomic
+from slm_lm.common.outputs import check_no_overlap, check_output_file
+from slm_lm.rescoring.nbest import read_espnet_nbest
+from slm_lm.rescoring.scored_set import am_score, parse_am_weights
+from slm_lm.rescoring.transcripts import read_text
+from slm_lm.rescoring.wer import align_transcripts, char_tokens, paired_bootstrap, wer_columns, wer_table, word_errors
 
 
 def utterance_errors(alignments):

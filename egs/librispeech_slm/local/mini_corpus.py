@@ -32,11 +32,11 @@ import soundfile as sf
 import torch
 import torchaudio.functional as AF
 
-from slm_lm.corpora.bible import DEV_BOOKS, TEST_BOOKS, read_bible
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import write_atomic
-from slm_lm.progress import progress_bar
-from slm_lm.text_norm import normalize_librispeech
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import write_atomic
+from slm_lm.common.progress import progress_bar
+from slm_lm.data.bible import DEV_BOOKS, TEST_BOOKS, read_bible
+from slm_lm.data.text_norm import normalize_librispeech
 
 SAMPLE_RATE = 16000
 VOICES = ["en-us", "en-gb", "en-us+f3", "en-gb-scotland", "en-029+f2", "en-us-nyc",

@@ -20,9 +20,9 @@ import yaml
 from torch.nn.utils.rnn import pad_sequence
 from torch.profiler import ProfilerActivity, profile
 
-from slm_lm.errors import InputError, fail
-from slm_lm.transcripts import read_text
-from slm_lm.precision import DTYPES, autocast
+from slm_lm.common.errors import InputError, fail
+from slm_lm.rescoring.transcripts import read_text
+from slm_lm.model.precision import DTYPES, autocast
 
 
 def parse_args(argv=None):

@@ -15,10 +15,10 @@ import argparse
 import json
 from pathlib import Path
 
-from slm_lm.errors import InputError, fail, os_problem
-from slm_lm.nbest import load_nbest, normalize_nbest
-from slm_lm.score_cache import LMScoreCache, lm_scores
-from slm_lm.text_norm import normalize_librispeech
+from slm_lm.common.errors import InputError, fail, os_problem
+from slm_lm.data.text_norm import normalize_librispeech
+from slm_lm.rescoring.nbest import load_nbest, normalize_nbest
+from slm_lm.scoring.cache import LMScoreCache, lm_scores
 
 
 def read_keys(path):
@@ -31,7 +31,7 @@ def read_keys(path):
 
 def score_shard(args):
     """Score the hypotheses of the shard's utterances into args.cache."""
-    from slm_lm.scorer import load_scorer
+    from slm_lm.scoring.scorer import load_scorer
 
     keys = read_keys(args.keys)
     texts, found = [], set()

@@ -9,10 +9,10 @@ in ``<dir>/score_cer/`` (characters, ``<space>`` for a space, as asr.sh's score_
 import argparse
 from pathlib import Path
 
-from slm_lm.errors import InputError, fail
-from slm_lm.fileio import write_atomic
-from slm_lm.transcripts import read_text
-from slm_lm.wer import align_transcripts, char_tokens, wer_columns, wer_table
+from slm_lm.common.errors import InputError, fail
+from slm_lm.common.fileio import write_atomic
+from slm_lm.rescoring.transcripts import read_text
+from slm_lm.rescoring.wer import align_transcripts, char_tokens, wer_columns, wer_table
 
 
 def trn(rows, spk):

@@ -18,8 +18,8 @@ from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from slm_lm.errors import InputError, fail
-from slm_lm.transcripts import read_table, write_table
+from slm_lm.common.errors import InputError, fail
+from slm_lm.rescoring.transcripts import read_table, write_table
 
 
 def perturb_one(job):

@@ -189,7 +189,7 @@ asr_model=valid.acc.ave.pth
 lm_exp() { local start tokens="bpe${bpe_size}"; start=$(lm_start "$1")
            [ -n "${start}" ] && tokens=$(basename "${start}")
            echo "${exp}/lm_$(basename "$(lm_conf "$1")" .yaml)_en_${tokens}$(args_tag "${lm_train_args}")"; }
-# lm_checkpoint DIR: the LM checkpoint that decoding and rescoring read (slm_lm.model_dir's order)
+# lm_checkpoint DIR: the LM checkpoint that decoding and rescoring read (slm_lm.model.directory's order)
 lm_checkpoint() { local f; for f in valid.loss.ave.pth valid.loss.best.pth latest.pth; do
                       [ -f "$1/${f}" ] && { echo "$1/${f}"; return 0; }; done; echo "$1/valid.loss.ave.pth"; }
 # weight_files MODEL: the files holding the weights of MODEL (a shipped name or a model dir)

@@ -1,0 +1,1 @@
+"""The models: configuration, the shared backbone, the five LM kinds, precision, tokenizers, the model directory."""

@@ -1,0 +1,1 @@
+"""N-best rescoring: N-best readers, score matrices, weight search, WER and BLEU, reports, MT reranking."""
