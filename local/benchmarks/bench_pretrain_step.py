@@ -267,6 +267,7 @@ def main(argv=None):
     except InputError as e:
         fail("bench_pretrain_step", e)
     data = (tokenizer, train[: args.sentences] if args.sentences else train, valid)
+    corpus_tokens = sum(len(sentence) + 2 for sentence in train)  # one pass over all of train.ids.xz
     results = []
     for number, (shape, tokens) in enumerate(shapes(args)):
         with tempfile.TemporaryDirectory(prefix="bench_pretrain_step.") as tmp:
@@ -278,7 +279,8 @@ def main(argv=None):
         loads.append(os.getloadavg()[0])
         if args.json:  # after every configuration: a run stopped by a time limit keeps what it measured
             write_atomic(args.json, json.dumps(dict({k: v for k, v in vars(args).items()}, device_name=device_name,
-                                                    matmul_peak_tflops=peak, load_average=loads, results=results),
+                                                    matmul_peak_tflops=peak, load_average=loads,
+                                                    corpus_tokens=corpus_tokens, results=results),
                                                indent=2))
     print(f"size {args.size}{''.join(f', {k} {v}' for k, v in args.shape.items())}, max positions "
           f"{args.max_positions}, rows of {args.row_tokens or args.max_positions}, dropout {args.dropout}, {args.dtype},"
