@@ -567,9 +567,10 @@ def curves(run_dir: Path, runs: list) -> str:
 
 
 def training_table(stages: dict, peak_tflops) -> list:
-    """Markdown rows of the trained models: budget, updates, tokens, tokens/s, MFU, epochs, valid CE."""
-    lines = ["| kind | parameters | minutes | updates | tokens | tokens/s | MFU | epochs | valid CE | finished |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    """Markdown rows of the trained models: budget, updates, tokens, tokens/s, MFU, epochs, valid CE, and the seconds
+    of compiling the step and of validating (checkpoints and exports included)."""
+    lines = ["| kind | parameters | minutes | updates | tokens | tokens/s | MFU | epochs | valid CE | finished "
+             "| compile (s) | validating (s) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for kind in KINDS:
         card = stages.get(f"train_{kind}", {}).get("results")
         if not card:
@@ -579,7 +580,8 @@ def training_table(stages: dict, peak_tflops) -> list:
         lines.append(f"| {kind} | {card['parameters'] / 1e6:.1f}M | {card['spent_minutes']:.2f} | {card['updates']} | "
                      f"{card['tokens_seen']} | {card['tokens_per_s']:.0f} | "
                      f"{'-' if mfu is None else f'{100 * mfu:.1f} %'} | {card['epochs']:.2f} | "
-                     f"{card['valid_ce']:.4f} | {card['finished']} |")
+                     f"{card['valid_ce']:.4f} | {card['finished']} | {card.get('compile_seconds', '-')} | "
+                     f"{card.get('validation_seconds', '-')} |")
     return lines
 
 

@@ -411,7 +411,9 @@ class _TrainingRun:
     def validate_and_save(self) -> None:
         """Validate and add the curve's row (a run resumed at its last validation, a finished run run again,
         reuses that row); save the checkpoint, then the curve from it, then the card and the exported model
-        (and, with `keep_models`, its snapshot)."""
+        (and, with `keep_models`, its snapshot). The card counts the seconds this process has spent so (up to the
+        checkpoint): `validation_seconds`, the price of the validation cadence."""
+        began = time.monotonic()
         s, state = self.settings, self.state
         rows = state["curve"]
         if rows and rows[-1].split("\t")[1] == str(state["updates"]):
@@ -428,6 +430,7 @@ class _TrainingRun:
         save_checkpoint(self.out_dir / CHECKPOINT_FILE, self.model, self.optimizer, state,
                         rng_states(self.device), self.identity)
         self.write_curve()
+        self.card["validation_seconds"] = round(self.card.get("validation_seconds", 0.0) + time.monotonic() - began, 2)
         record_validation(self.card, state, valid_ce, self.optimizer.param_groups[0]["lr"])
         install_model(self.out_dir, self.model, self.tokenizer, self.card, s.whole_words)
         if s.keep_models:
