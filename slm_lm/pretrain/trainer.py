@@ -329,9 +329,10 @@ class _TrainingRun:
         self.valid_rows = self.packed(Sentences(self.valid_set, self.device), None)
         self.card = training_card(s, self.model, self.device, self.dtype, self.train_set, self.valid_set,
                                   self.row_tokens)
+        # the deadline counts from here, the compile included; the budget counts the updates only
+        self.budget = Budget(60.0 * s.minutes, s.clock, self.state["spent"], 60.0 * s.deadline_minutes, s.updates)
         self.step_loss = self.compiled_loss() if s.compile == "on" or (s.compile == "auto" and
                                                                        self.device.type == "cuda") else self.loss
-        self.budget = Budget(60.0 * s.minutes, s.clock, self.state["spent"], 60.0 * s.deadline_minutes, s.updates)
         self.loss_sum = torch.zeros((), device=self.device, dtype=torch.float64)  # since the last validation
         self.loss_tokens = 0
 
