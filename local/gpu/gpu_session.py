@@ -129,7 +129,7 @@ def parse_args(argv=None):
     run.add_argument("--minutes", type=float, help="the command's wall-clock budget (default 9; dry 60)")
     run.add_argument("--train-minutes", type=float, help="most training minutes per model (default 3; dry 0.1)")
     run.add_argument("--lr", type=float, default=3e-4, help="peak learning rate of both models")
-    run.add_argument("--batch-tokens", type=int, help="padded tokens per update of both models (default 32768; dry 1024)")
+    run.add_argument("--batch-tokens", type=int, help="tokens per update of both models, padding included (default 32768; dry 1024)")
     run.add_argument("--warmup", type=float, default=0.05, help="warm-up share of the training budget")
     run.add_argument("--part-mib", type=float, default=15.5, help="size of the models.tar.NN parts")
     score = sub.add_parser("score-snapshots",
