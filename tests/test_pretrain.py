@@ -423,7 +423,7 @@ def test_a_training_step_reads_nothing_back_from_the_device(data, tmp_path, monk
                         ("clm", []), ("mlm", []), ("bilm", ["--whole-words"]), ("tta", [])]:
         pretrain_cli.main(["train", "--kind", kind, "--data", str(directory), "--out", str(tmp_path / kind),
                            "--updates", "3", "--compile", "off", *extra, *TINY])
-    assert {kind: len(steps) for kind, steps in counts.items()} == {kind: 3 for kind in ("slm", "clm", "mlm", "bilm", "tta")}
+    assert {kind: len(steps) for kind, steps in counts.items()} == dict.fromkeys(("slm", "clm", "mlm", "bilm", "tta"), 3)
     assert all(seen == [] for steps in counts.values() for seen in steps), counts
 
 

@@ -163,7 +163,7 @@ class PaddedPath:
 
 
 class PackedPath:
-    """slm-pretrain's step (`_TrainingRun.update`) on an epoch of packed rows; `packing` is that epoch's packing time."""
+    """slm-pretrain's step (`_TrainingRun.update`) on an epoch of packed rows; `packing`: that epoch's packing time."""
 
     def __init__(self, run: _TrainingRun):
         self.run = run
@@ -283,7 +283,8 @@ def main(argv=None):
                                                     corpus_tokens=corpus_tokens, results=results),
                                                indent=2))
     print(f"size {args.size}{''.join(f', {k} {v}' for k, v in args.shape.items())}, max positions "
-          f"{args.max_positions}, rows of {args.row_tokens or args.max_positions}, dropout {args.dropout}, {args.dtype},"
+          f"{args.max_positions}, rows of {args.row_tokens or args.max_positions}, dropout {args.dropout}, "
+          f"{args.dtype},"
           f" {args.threads} threads, {args.device} ({device_name}); median of {args.rounds} groups of {args.group} "
           f"steps, paths interleaved; {args.dtype} {args.matmul_size}^2 matmul peak {peak:.3g} TFLOP/s; load average "
           f"{loads[0]:.2f} at start, {loads[-1]:.2f} at end")

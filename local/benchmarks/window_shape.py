@@ -2,12 +2,13 @@
 """The model shape a training window of `--minutes` should train, from the measured speed of slm-pretrain's step.
 
 Reads the JSON of `bench_pretrain_step.py` runs (`--speed`, one or more): per kind, the model FLOP/s (6 x
-parameters x tokens/s) of slm-pretrain's faster step (packed or compiled) at the widest shape measured. Taking that rate as the same at every size, a model of N
-parameters trains T(N) = rate x seconds / 6N tokens in the window. The shape wanted trains about `--tokens-per-
-parameter` tokens per parameter (T = 20 N: N = sqrt(rate x seconds / 120)), unless that is more than `--passes`
-passes over the corpus (`--corpus-tokens`): then the corpus binds, and N grows until T is those passes. The shape is
-the one of the family d_model = 64 x layers, heads d_model / 64, d_ff 4 x d_model (the trained 6 x 384 is one)
-whose parameters come nearest to N.
+parameters x tokens/s) of slm-pretrain's faster step (packed or compiled) at the widest shape measured.
+Taking that rate as the same at every size, a model of N parameters trains T(N) = rate x seconds / 6N tokens
+in the window. The shape wanted trains about `--tokens-per-parameter` tokens per parameter (T = 20 N:
+N = sqrt(rate x seconds / 120)), unless that is more than `--passes` passes over the corpus
+(`--corpus-tokens`, by default the corpus the measured runs trained on): then the corpus binds, and N grows
+until T is those passes. The shape is the one of the family d_model = 64 x layers, heads d_model / 64, d_ff
+4 x d_model (the trained 6 x 384 is one) whose parameters come nearest to N.
 
 Example: python local/benchmarks/window_shape.py --speed exp/gpu/run/step_*.json --minutes 3
 """

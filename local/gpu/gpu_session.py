@@ -129,7 +129,8 @@ def parse_args(argv=None):
     run.add_argument("--minutes", type=float, help="the command's wall-clock budget (default 9; dry 60)")
     run.add_argument("--train-minutes", type=float, help="most training minutes per model (default 3; dry 0.1)")
     run.add_argument("--lr", type=float, default=3e-4, help="peak learning rate of both models")
-    run.add_argument("--batch-tokens", type=int, help="tokens per update of both models, padding included (default 32768; dry 1024)")
+    run.add_argument("--batch-tokens", type=int,
+                     help="tokens per update of both models, padding included (default 32768; dry 1024)")
     run.add_argument("--warmup", type=float, default=0.05, help="warm-up share of the training budget")
     run.add_argument("--part-mib", type=float, default=15.5, help="size of the models.tar.NN parts")
     score = sub.add_parser("score-snapshots",
@@ -392,7 +393,7 @@ class Session:
         end = time.monotonic() + self.plan["limits"]["step"]
         paths = []
         for options in self.plan["step"]:
-            name = "step_" + "_".join(options[i + 1].replace(",", "-") for i, o in enumerate(options) if o == "--tokens")
+            name = "step_" + options[options.index("--tokens") + 1].replace(",", "-")
             path = self.run_dir / f"{name}.json"
             path.unlink(missing_ok=True)
             limit = min(self.limit("step"), end - time.monotonic())
