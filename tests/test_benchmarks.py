@@ -172,12 +172,12 @@ def test_window_shape_trains_twenty_tokens_a_parameter_unless_the_corpus_binds(t
 
     proc, table = window("--minutes", "3")  # the corpus of the measured run: 60M tokens
     wanted = (60e12 * 180 / 120) ** 0.5  # 9.5M parameters on 190M tokens: under 4 passes
-    assert proc.returncode == 0 and table[0][:5] == ["clm", "12.9M, compiled", "60", f"{wanted / 1e6:.1f}M",
+    assert proc.returncode == 0 and table[0][:5] == ["clm", "12.9M, compiled", "60", f"{wanted / 1e6:.3g}M",
                                                      "tokens per parameter"], proc.stdout + proc.stderr
     layers, d = (int(x) for x in table[0][5].split(" x "))
     assert d == 64 * layers and 0.5 < float(table[0][6].rstrip("M")) * 1e6 / wanted < 2
     _, table = window("--minutes", "3", "--corpus-tokens", "30000000")  # 190M tokens would be 6 passes
-    assert table[0][3:5] == [f"{60e12 * 180 / (6 * 4 * 30e6) / 1e6:.1f}M", "4 passes over the corpus"]
+    assert table[0][3:5] == [f"{60e12 * 180 / (6 * 4 * 30e6) / 1e6:.3g}M", "4 passes over the corpus"]
     speed.write_text("{}")
     proc, _ = window("--minutes", "3")
     assert proc.returncode == 2 and proc.stderr.strip() == (f"window_shape: error: {speed}: not the JSON of "

@@ -98,9 +98,9 @@ def main(argv=None):
                  args.vocab)
         s = p["shape"]
         print(f"| {kind} | {row['params'] / 1e6:.1f}M, {row['path']} | {row['model_tflops']:.3g} | "
-              f"{p['wanted'] / 1e6:.1f}M | {p['binds']} | {s['n_layers']} x {s['d_model']} | "
-              f"{s['parameters'] / 1e6:.1f}M | {p['tokens'] / 1e6:.0f}M | {p['passes']:.2f} | "
-              f"{p['tokens_per_parameter']:.1f} |")
+              f"{p['wanted'] / 1e6:.3g}M | {p['binds']} | {s['n_layers']} x {s['d_model']} | "
+              f"{s['parameters'] / 1e6:.3g}M | {p['tokens'] / 1e6:.3g}M | {p['passes']:.3g} | "
+              f"{p['tokens_per_parameter']:.3g} |")
 
 
 if __name__ == "__main__":
