@@ -138,10 +138,11 @@ def test_profile_train_step_prints_the_pass_time_and_top_operators(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(BENCHMARKS / "profile_train_step.py"), "--corpus", str(tmp_path / "c.ids.xz"),
          "--kind", "slm", "--dtype", "bfloat16", "--vocab", "43", "--n-layers", "1", "--d-model", "32",
-         "--n-heads", "2", "--d-ff", "64", "--batch-tokens", "64", "--batches", "3", "--top", "5"],
+         "--n-heads", "2", "--d-ff", "64", "--batch-tokens", "64", "--row-tokens", "32", "--batches", "3",
+         "--top", "5"],
         capture_output=True, text=True, check=True, timeout=300,
     )
-    assert "slm, bfloat16" in proc.stdout and "3 batches of <= 64 padded tokens" in proc.stdout
+    assert "slm, bfloat16" in proc.stdout and "3 batches of rows of 32 tokens, 64 a batch" in proc.stdout
     assert "Self CPU" in proc.stdout and "aten::" in proc.stdout
 
 

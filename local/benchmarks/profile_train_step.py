@@ -36,7 +36,10 @@ def parse_args(argv=None):
     p.add_argument("--batches", type=int, default=40, help="batches per pass")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--top", type=int, default=12, help="operators to print")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not 3 <= args.row_tokens <= args.batch_tokens:
+        p.error(f"--row-tokens {args.row_tokens}: need 3 <= --row-tokens <= --batch-tokens ({args.batch_tokens})")
+    return args
 
 
 def main(argv=None):
@@ -44,7 +47,8 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     sentences = load_corpus(args.corpus)
     rows = pack_rows([min(len(s) + 2, args.row_tokens) for s in sentences], args.row_tokens, random.Random(0))
-    epoch = PackedRows(Sentences(sentences), rows, args.row_tokens, args.batch_tokens // args.row_tokens, args.vocab - 1)
+    rows_per_batch = args.batch_tokens // args.row_tokens
+    epoch = PackedRows(Sentences(sentences), rows, args.row_tokens, rows_per_batch, args.vocab - 1)
     data = [(*epoch[i], epoch.predicted[i]) for i in range(min(args.batches, len(epoch)))]
     torch.manual_seed(0)
     model = build_lm(args.kind, args.vocab, "mini", n_layers=args.n_layers, d_model=args.d_model,
