@@ -98,7 +98,7 @@ PLANS = {
         mfu=["--tokens", "256", "--length", "32", "--steps", "1", "--warmup", "0", "--matmul-size", "256",
              "--threads", "1"],
         attention=["--rows", "6", "--length", "12", "--repeats", "1", "--threads", "1"],
-        step=[["--widths", "64", "--tokens", "512,1024"]],
+        step=[["--widths", "64", "--tokens", "512"]],
         step_options=["--sentences", "500", "--rounds", "1", "--group", "1", "--matmul-size", "256", "--threads", "1"],
         train=["--valid-sentences", "20", "--threads", "1"], batch_tokens=1024,
         track=["--threads", "1", "--dtype", "float32"],
