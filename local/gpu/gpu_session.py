@@ -18,6 +18,9 @@ each a subprocess with a time limit (one that fails or runs out of time is repor
   rescoring  local/benchmarks/bench_rescore_speed.py: sentences/s of SLM, CLM and MLM over nbest_texts
   mfu        local/benchmarks/bench_train_speed.py: tokens/s and MFU of every kind at the trained shape
   attention  local/benchmarks/bench_attention.py: the SLM's SDPA against FlexAttention (scores, speed)
+  step       local/benchmarks/bench_pretrain_step.py: slm-pretrain's packed (and compiled) step against the padded
+             step before it, SLM and CLM, at the plan's widths and batch sizes, all within 90 s; then
+             local/benchmarks/window_shape.py: the shape for --train-minutes
   train      slm-pretrain train: the SLM, then the CLM, each for the same minutes of training (what the
              measurements leave, at most --train-minutes), validated every --valid-every minutes; with
              the track stage, the model of every validation is kept (slm-pretrain --keep-models)
