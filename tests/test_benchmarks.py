@@ -138,10 +138,11 @@ def test_profile_train_step_prints_the_pass_time_and_top_operators(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(BENCHMARKS / "profile_train_step.py"), "--corpus", str(tmp_path / "c.ids.xz"),
          "--kind", "slm", "--dtype", "bfloat16", "--vocab", "43", "--n-layers", "1", "--d-model", "32",
-         "--n-heads", "2", "--d-ff", "64", "--batch-tokens", "64", "--batches", "3", "--top", "5"],
+         "--n-heads", "2", "--d-ff", "64", "--batch-tokens", "64", "--row-tokens", "32", "--batches", "3",
+         "--top", "5"],
         capture_output=True, text=True, check=True, timeout=300,
     )
-    assert "slm, bfloat16" in proc.stdout and "3 batches of <= 64 padded tokens" in proc.stdout
+    assert "slm, bfloat16" in proc.stdout and "3 batches of rows of 32 tokens, 64 a batch" in proc.stdout
     assert "Self CPU" in proc.stdout and "aten::" in proc.stdout
 
 
@@ -154,3 +155,31 @@ def test_hook_startup_benchmark_installs_and_reports():
     lines = result.stdout.splitlines()
     assert lines[1].startswith("hook import (-X importtime, cumulative): median ") and lines[2].startswith(
         "wall time: median "), result.stdout
+
+
+def test_window_shape_trains_twenty_tokens_a_parameter_unless_the_corpus_binds(tmp_path):
+    """window_shape.py: from a measured rate R (model FLOP/s) a window of M minutes trains N = sqrt(R 60 M / 120)
+    parameters on 20 N tokens; a corpus too small for that makes the model larger, at its 4 passes; the padded
+    step is not what slm-pretrain runs and is not read."""
+    rows = [dict(kind="clm", path="padded", params=12_900_000, model_tflops=900.0),
+            dict(kind="clm", path="compiled", params=12_900_000, model_tflops=60.0)]
+    speed = tmp_path / "step.json"
+    speed.write_text(json.dumps({"results": rows, "corpus_tokens": 60_000_000}))
+
+    def window(*extra):
+        proc = subprocess.run([sys.executable, str(BENCHMARKS / "window_shape.py"), "--speed", str(speed), *extra],
+                              capture_output=True, text=True, timeout=120)
+        return proc, [[c.strip() for c in line.split("|")[1:-1]] for line in proc.stdout.splitlines()[3:]]
+
+    proc, table = window("--minutes", "3")  # the corpus of the measured run: 60M tokens
+    wanted = (60e12 * 180 / 120) ** 0.5  # 9.5M parameters on 190M tokens: under 4 passes
+    assert proc.returncode == 0 and table[0][:5] == ["clm", "12.9M, compiled", "60", f"{wanted / 1e6:.3g}M",
+                                                     "tokens per parameter"], proc.stdout + proc.stderr
+    layers, d = (int(x) for x in table[0][5].split(" x "))
+    assert d == 64 * layers and 0.5 < float(table[0][6].rstrip("M")) * 1e6 / wanted < 2
+    _, table = window("--minutes", "3", "--corpus-tokens", "30000000")  # 190M tokens would be 6 passes
+    assert table[0][3:5] == [f"{60e12 * 180 / (6 * 4 * 30e6) / 1e6:.3g}M", "4 passes over the corpus"]
+    speed.write_text("{}")
+    proc, _ = window("--minutes", "3")
+    assert proc.returncode == 2 and proc.stderr.strip() == (f"window_shape: error: {speed}: not the JSON of "
+                                                            "bench_pretrain_step.py: 'results'")

@@ -149,7 +149,8 @@ def test_dry_run_trains_both_models_and_everything_would_come_back(gpu_session, 
     info = json.loads((tmp_path / "out" / "summary.json").read_text())
     stages = info["stages"]
     assert info["dry_run"] and list(stages) == ["tests", "parity", "latency_float32", "latency_bfloat16", "rescoring",
-                                                "mfu", "attention", "train_slm", "train_clm", "track", "pack"]
+                                                "mfu", "attention", "step_512", "window", "train_slm",
+                                                "train_clm", "track", "pack"]
     assert all(s["status"] == "ok" for s in stages.values()), stages
     assert stages["tests"]["results"]["passed"] >= 6 and "failed" not in stages["tests"]["results"]
     parity = stages["parity"]["results"]
@@ -164,6 +165,10 @@ def test_dry_run_trains_both_models_and_everything_would_come_back(gpu_session, 
     assert mfu["matmul_peak_tflops"] > 0 and sorted(r["kind"] for r in mfu["kinds"]) == sorted(KINDS)
     attention = stages["attention"]["results"]
     assert attention["scoring"]["max_abs_diff_nats"] < 0.5 and attention["scoring"]["flex"]["median_s"] > 0
+    rows = stages["step_512"]["results"]  # the padded step before against slm-pretrain's packed step
+    assert {(r["kind"], r["path"], r["batch_tokens"], r["d_model"]) for r in rows} == {
+        (k, p, 512, 64) for k in ("slm", "clm") for p in ("padded", "packed")}
+    assert all(r["tokens_per_s"] > 0 and r["counted_flops_per_token"] > 0 for r in rows)
     cards = {kind: stages[f"train_{kind}"]["results"] for kind in ("slm", "clm")}
     assert cards["slm"]["budget_minutes"] == cards["clm"]["budget_minutes"]  # the same training time
     for kind, card in cards.items():
@@ -205,6 +210,9 @@ def test_dry_run_trains_both_models_and_everything_would_come_back(gpu_session, 
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert summary.startswith("# GPU session (DRY RUN on CPU)") and "| slm |" in summary and "MFU" in summary
     assert "## trained models" in summary and summary.count(" | True |") == 2
+    window = summary.split("## window: ok")[1].split("##")[0].strip().splitlines()[2:]  # the shape for 0.1 minutes
+    assert window[0].startswith("0.1 training minutes") and [line.split(" | ")[0] for line in window[3:]] == ["| slm",
+                                                                                                          "| clm"]
 
 
 def test_the_dry_run_hides_what_the_gpu_machine_lacks(gpu_session, tmp_path):

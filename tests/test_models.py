@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from slm_lm import build_lm
+from slm_lm.model.backbone import padded_sentences
 from slm_lm.model.config import LMConfig
 
 V = 13  # tiny vocabulary: 0 pad, 1 unk, 2..10 pieces, 11 <mask>, 12 <sos/eos>
@@ -85,8 +86,9 @@ def slow_slm_reference(model, sentence, right_of=None):
     `right_of(i)`: where the suffix starts (default i + 1; whole words: the next word's start)."""
     tokens, _ = batch(sentence, device=next(model.parameters()).device)
     t = tokens.shape[1]
-    x = model.embed(tokens)
-    q0 = model.embed.query_stream(model.config.mask_id, 1, t, tokens.device)
+    positions = torch.arange(t, device=tokens.device)[None]
+    x = model.embed(tokens, positions)
+    q0 = model.embed.query_stream(model.config.mask_id, positions)
     out = []
     for i in range(1, t):
         f, b, q = x[:, :i], x[:, (right_of(i) if right_of else i + 1) :], q0[:, i : i + 1]
@@ -142,8 +144,9 @@ def slow_tta_reference(model, sentence):
     """Position by position: the query of i attends the input embeddings of every j != i at every layer."""
     tokens, _ = batch(sentence, device=next(model.parameters()).device)
     t = tokens.shape[1]
-    x = model.embed(tokens)
-    q0 = model.embed.query_stream(model.config.mask_id, 1, t, tokens.device)
+    positions = torch.arange(t, device=tokens.device)[None]
+    x = model.embed(tokens, positions)
+    q0 = model.embed.query_stream(model.config.mask_id, positions)
     out = []
     for i in range(1, t):
         others = torch.cat([x[:, :i], x[:, i + 1 :]], dim=1)  # the sentence without x_i
@@ -295,7 +298,7 @@ def test_mlm_whole_words_equal_explicit_word_l2r_masking(device):
             for i in range(1, n):
                 copy = tokens[row : row + 1, :n].clone()
                 copy[0, [i, *rest_of_word_positions(row, i)[0]]] = model.config.mask_id
-                h = model.encode(copy, lengths[row : row + 1])
+                h = model.encode(copy, padded_sentences(lengths[row : row + 1], n))
                 expected = torch.log_softmax(model.head(h[0, i]), -1)[tokens[row, i]]
                 assert torch.allclose(pll[row, i], expected, atol=1e-10)
 
@@ -310,7 +313,7 @@ def test_mlm_pll_equals_explicit_single_mask_passes(device):
             for i in range(1, n):
                 copy = tokens[row : row + 1, :n].clone()
                 copy[0, i] = model.config.mask_id
-                h = model.encode(copy, lengths[row : row + 1])
+                h = model.encode(copy, padded_sentences(lengths[row : row + 1], n))
                 expected = torch.log_softmax(model.head(h[0, i]), -1)[tokens[row, i]]
                 assert torch.allclose(pll[row, i], expected, atol=1e-10)
 
@@ -371,14 +374,14 @@ def test_slm_content_loss_adds_neighbour_prediction_by_the_content_streams(devic
     expected = 0.0
     for row, length in enumerate(lengths.tolist()):
         x, lens = tokens[row : row + 1, :length], lengths[row : row + 1]
-        content, _ = model._streams(x, lens)
+        content, _ = model._streams(x, padded_sentences(lens, length))
         for i in range(1, length):
             expected -= torch.log_softmax(model.head(content[0, i - 1]), -1)[x[0, i]]
             if i < length - 1:
                 expected -= torch.log_softmax(model.head(content[1, i + 1]), -1)[x[0, i]]
             changed = x.clone()
             changed[0, i:-1] = 2 + (changed[0, i:-1] - 1) % (V - 4)
-            assert torch.allclose(model._streams(changed, lens)[0][0, i - 1], content[0, i - 1])
+            assert torch.allclose(model._streams(changed, padded_sentences(lens, length))[0][0, i - 1], content[0, i - 1])
     assert torch.allclose(with_content - plain, 0.5 * expected)
 
 

@@ -1,4 +1,4 @@
-"""slm-pretrain: corpus encoding, length-bucketed batches, the budgeted schedule, resume and the fp16 export."""
+"""slm-pretrain: corpus encoding, the step (no read-back, compiled), the budgeted schedule, resume and the fp16 export."""
 import json
 import random
 
@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from slm_lm.bin import pretrain as pretrain_cli
+from slm_lm.model.bpe import train_bpe
 from slm_lm.common.errors import InputError
 from slm_lm.common.fileio import LOCK_FILE, exclusive_dir_lock
-from slm_lm.model.bpe import train_bpe
-from slm_lm.pretrain import Budget, batches, collate, learning_rate, load_corpus, trainer
+from slm_lm.pretrain import Budget, learning_rate, load_corpus, trainer
 from slm_lm.scoring.scorer import Scorer
 
 TEXT = """IN THE BEGINNING GOD CREATED THE HEAVEN AND THE EARTH
@@ -60,20 +60,6 @@ def test_encode_max_sentences_keeps_the_first_lines(data, tmp_path):
                        "--out", str(tmp_path / "first2.ids.xz"), "--max-sentences", "2"])
     sentences = load_corpus(tmp_path / "first2.ids.xz")
     assert [tokenizer.decode(s) for s in sentences] == TEXT.splitlines()[:2]
-
-
-def test_batches_use_every_sentence_once_within_the_token_budget():
-    lengths = [random.Random(i).randint(3, 40) for i in range(500)]
-    out = batches(lengths, 200, random.Random(0))
-    assert sorted(i for b in out for i in b) == list(range(500))
-    assert all(len(b) * max(lengths[i] for i in b) <= 200 for b in out)
-
-
-def test_collate_wraps_rows_in_sentence_boundaries_and_cuts_to_the_positions():
-    sentences = [np.array([5, 6, 7]), np.array([8]), np.array([], dtype=np.int64)]
-    tokens, lengths = collate(sentences, [0, 1, 2], 99, 4)
-    assert tokens.tolist() == [[99, 5, 6, 99], [99, 8, 99, 0], [99, 99, 0, 0]]
-    assert lengths.tolist() == [4, 3, 2]
 
 
 def test_schedule_warms_up_then_decays_to_zero():
@@ -246,10 +232,10 @@ def test_a_run_killed_at_a_checkpoint_resumes_bit_identically_with_dropout(data,
 
     update = trainer._TrainingRun.update
 
-    def killed_at_12(self, index):
+    def killed_at_12(self, epoch, batch):
         if self.state["updates"] == 12:
             raise Killed
-        update(self, index)
+        update(self, epoch, batch)
 
     with monkeypatch.context() as patch:
         patch.setattr(trainer._TrainingRun, "update", killed_at_12)
@@ -402,3 +388,62 @@ def test_keep_models_refuses_a_snapshots_of_no_run_and_says_when_one_cannot_be_w
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert stop.value.code == 2 and line == f"slm-pretrain: error: --keep-models {out / 'snapshots'}: is a file, not a directory"
     assert (out / "curve.tsv").read_text() == curve  # no update trained
+
+
+READ_BACK = {"aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero", "aten::item", "aten::equal",
+             "aten::masked_select"}  # what makes the host wait for the device
+
+
+def test_a_training_step_reads_nothing_back_from_the_device(data, tmp_path, monkeypatch):
+    """Every op of every update (forward, backward, clipping, AdamW, the loss kept for the curve) is counted
+    under a dispatch mode: none of them reads a value back to the host, for every kind and objective."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class ReadBacks(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func._schema.name in READ_BACK:
+                self.seen.append(func._schema.name)
+            return func(*args, **(kwargs or {}))
+
+    update = trainer._TrainingRun.update
+    counts = {}
+
+    def counted(self, epoch, batch):
+        with ReadBacks() as mode:
+            update(self, epoch, batch)
+        counts.setdefault(self.settings.kind, []).append(mode.seen)
+
+    monkeypatch.setattr(trainer._TrainingRun, "update", counted)
+    directory, _ = data
+    for kind, extra in [("slm", ["--content-loss", "1", "--content-sample", "0.5", "--whole-words"]),
+                        ("clm", []), ("mlm", []), ("bilm", ["--whole-words"]), ("tta", [])]:
+        pretrain_cli.main(["train", "--kind", kind, "--data", str(directory), "--out", str(tmp_path / kind),
+                           "--updates", "3", "--compile", "off", *extra, *TINY])
+    assert {kind: len(steps) for kind, steps in counts.items()} == dict.fromkeys(("slm", "clm", "mlm", "bilm", "tta"), 3)
+    assert all(seen == [] for steps in counts.values() for seen in steps), counts
+
+
+def test_the_compiled_step_runs_whole_without_recompiling(data, tmp_path, monkeypatch):
+    """--compile on: forward and backward in one graph (fullgraph), compiled once before the budget (its
+    seconds on the card); batch after batch and a validation in between, nothing recompiles; it trains as the
+    eager step does (without dropout, whose random draws differ)."""
+    import torch._dynamo
+
+    monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
+    torch._dynamo.reset()
+    directory, _ = data
+    out = tmp_path / "compiled"
+    pretrain_cli.main(["train", "--kind", "slm", "--data", str(directory), "--out", str(out), "--updates", "6",
+                       "--valid-every", "0", "--compile", "on", "--lr", "3e-3", "--dropout", "0", *TINY])
+    card = json.loads((out / "model" / "training.json").read_text())
+    assert card["updates"] == 6 and card["compile_seconds"] > 0
+    eager = tmp_path / "eager"
+    pretrain_cli.main(["train", "--kind", "slm", "--data", str(directory), "--out", str(eager), "--updates", "6",
+                       "--valid-every", "0", "--compile", "off", "--lr", "3e-3", "--dropout", "0", *TINY])
+    curves = [[row.split("\t") for row in (d / "curve.tsv").read_text().splitlines()[1:]] for d in (out, eager)]
+    assert [r[:3] for r in curves[0]] == [r[:3] for r in curves[1]]
+    assert [float(r[4]) for r in curves[0]] == pytest.approx([float(r[4]) for r in curves[1]], abs=1e-3)

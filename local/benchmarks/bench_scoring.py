@@ -21,6 +21,7 @@ import time
 import torch
 
 from slm_lm import build_lm
+from slm_lm.model.backbone import padded_sentences
 from slm_lm.model.kinds import MaskedLM, gather_logprobs
 from slm_lm.pretrain.throughput import synchronize
 
@@ -51,7 +52,7 @@ def timer(model, tokens, lengths, sample_chunks: int):
     def sampled():
         for _ in range(sample_chunks):
             copies = tokens[rows].masked_fill(masks, model.config.mask_id)
-            h = model.encode(copies, lengths[rows])
+            h = model.encode(copies, padded_sentences(lengths[rows], t))
             gather_logprobs(model.head(h[masks]), tokens[rows][masks])
 
     return sampled, n_chunks / sample_chunks, False

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a pre-training step's CPU time goes: torch.profiler over real length-bucketed batches.
+"""Where a pre-training step's CPU time goes: torch.profiler over real batches of packed rows, as slm-pretrain's.
 
 Trains `--kind` (slm-pretrain's model shape options) on the first `--batches` batches of an encoded corpus
 (`slm-pretrain encode` output) once untimed, so kernels and caches are warm, then once under the profiler,
@@ -18,7 +18,7 @@ from torch.profiler import ProfilerActivity, profile
 from slm_lm import build_lm
 from slm_lm.model.config import KINDS
 from slm_lm.model.precision import DTYPES, autocast
-from slm_lm.pretrain import batches, collate, load_corpus
+from slm_lm.pretrain import PackedRows, Sentences, load_corpus, pack_rows
 
 
 def parse_args(argv=None):
@@ -31,28 +31,34 @@ def parse_args(argv=None):
     p.add_argument("--d-model", type=int, default=192)
     p.add_argument("--n-heads", type=int, default=4)
     p.add_argument("--d-ff", type=int, default=768)
-    p.add_argument("--batch-tokens", type=int, default=512, help="padded tokens per batch, as slm-pretrain's")
+    p.add_argument("--batch-tokens", type=int, default=512, help="tokens per batch, as slm-pretrain's")
+    p.add_argument("--row-tokens", type=int, default=256, help="tokens per row, as slm-pretrain's")
     p.add_argument("--batches", type=int, default=40, help="batches per pass")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--top", type=int, default=12, help="operators to print")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not 3 <= args.row_tokens <= args.batch_tokens:
+        p.error(f"--row-tokens {args.row_tokens}: need 3 <= --row-tokens <= --batch-tokens ({args.batch_tokens})")
+    return args
 
 
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     sentences = load_corpus(args.corpus)
-    order = batches([len(s) + 2 for s in sentences], args.batch_tokens, random.Random(0))[: args.batches]
-    data = [collate(sentences, index, args.vocab - 1, 256) for index in order]
+    rows = pack_rows([min(len(s) + 2, args.row_tokens) for s in sentences], args.row_tokens, random.Random(0))
+    rows_per_batch = args.batch_tokens // args.row_tokens
+    epoch = PackedRows(Sentences(sentences), rows, args.row_tokens, rows_per_batch, args.vocab - 1)
+    data = [(*epoch[i], epoch.predicted[i]) for i in range(min(args.batches, len(epoch)))]
     torch.manual_seed(0)
     model = build_lm(args.kind, args.vocab, "mini", n_layers=args.n_layers, d_model=args.d_model,
-                     n_heads=args.n_heads, d_ff=args.d_ff, dropout=0.0, max_positions=256).train()
+                     n_heads=args.n_heads, d_ff=args.d_ff, dropout=0.0, max_positions=args.row_tokens).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def one_pass():
-        for tokens, lengths in data:
+        for tokens, sentences, _ in data:
             with autocast("cpu", args.dtype):
-                loss_sum, n = model.loss(tokens, lengths)
+                loss_sum, n = model.packed_loss(tokens, sentences)
             (loss_sum / n).backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -62,9 +68,10 @@ def main(argv=None):
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         one_pass()
     seconds = time.process_time() - start
-    tokens = sum(int(lengths.sum()) for _, lengths in data)
-    print(f"{args.kind}, {args.dtype}, d_model {args.d_model}, {args.n_layers} layers, {len(data)} batches of <= "
-          f"{args.batch_tokens} padded tokens ({tokens} real) from {args.corpus}, {args.threads} threads: "
+    predicted = sum(n for _, _, n in data)
+    print(f"{args.kind}, {args.dtype}, d_model {args.d_model}, {args.n_layers} layers, {len(data)} batches of rows of "
+          f"{args.row_tokens} tokens, {args.batch_tokens} a batch ({predicted} predicted) from {args.corpus}, "
+          f"{args.threads} threads: "
           f"{seconds:.2f} CPU s under the profiler")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top, max_name_column_width=60))
 

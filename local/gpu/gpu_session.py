@@ -18,6 +18,9 @@ each a subprocess with a time limit (one that fails or runs out of time is repor
   rescoring  local/benchmarks/bench_rescore_speed.py: sentences/s of SLM, CLM and MLM over nbest_texts
   mfu        local/benchmarks/bench_train_speed.py: tokens/s and MFU of every kind at the trained shape
   attention  local/benchmarks/bench_attention.py: the SLM's SDPA against FlexAttention (scores, speed)
+  step       local/benchmarks/bench_pretrain_step.py: slm-pretrain's packed (and compiled) step against the padded
+             step before it, SLM and CLM, at the plan's widths and batch sizes, all within 90 s; then
+             local/benchmarks/window_shape.py: the shape for --train-minutes
   train      slm-pretrain train: the SLM, then the CLM, each for the same minutes of training (what the
              measurements leave, at most --train-minutes), validated every --valid-every minutes; with
              the track stage, the model of every validation is kept (slm-pretrain --keep-models)
@@ -58,7 +61,7 @@ from slm_lm.scoring.scorer import Scorer
 
 ROOT = Path(__file__).resolve().parents[2]
 PROG = "gpu_session"
-STAGES = ("tests", "parity", "latency", "rescoring", "mfu", "attention", "train", "track")
+STAGES = ("tests", "parity", "latency", "rescoring", "mfu", "attention", "step", "train", "track")
 DATA_FILES = ("train.ids.xz", "valid.ids.xz", "bpe.model", "tokens.txt", "nbest_texts.txt.xz", "dev_texts.txt.xz")
 DEV_SETS = ("dev_clean", "dev_other")  # of slm-data's librispeech-nbest: the texts the track stage scores
 TRACK_TABLE = "track_scores.tsv.xz"
@@ -76,7 +79,7 @@ MISSING_ON_THE_GPU = ("espnet", "espnet2", "jiwer", "kaldiio")  # not installed 
 # (the exported models have their real size) and shrinks everything else.
 PLANS = {
     "gpu": dict(
-        limits=dict(tests=60, parity=30, latency=45, rescoring=60, mfu=30, attention=90),
+        limits=dict(tests=60, parity=30, latency=45, rescoring=60, mfu=30, attention=90, step=90),
         tests=["-k", "not flex"], parity=["--size", "small", "--sentences", "200"],
         latency=["--sizes", "small,base", "--lengths", "10,100,500", "--repeats", "7", "--modes", "latency",
                  "--mlm-max-tokens", "65536"],
@@ -84,12 +87,14 @@ PLANS = {
                    "--max-tokens", "65536"],
         mfu=["--tokens", "32768", "--length", "64", "--steps", "10", "--warmup", "3", "--matmul-size", "8192"],
         attention=["--rows", "100", "--length", "64", "--tokens", "32768", "--repeats", "7"],
+        step=[["--widths", "384,512", "--tokens", "8192", "--compile"], ["--widths", "384,512", "--tokens", "32768"]],
+        step_options=["--sentences", "200000", "--rounds", "7", "--group", "5", "--matmul-size", "8192"],
         train=["--valid-sentences", "0"], batch_tokens=32768,
         track=["--max-tokens", "65536", "--dtype", "bfloat16"],
-        minutes=9.0, train_minutes=3.0, train_least=2.0, valid_every=0.5, train_start=45, track_seconds=120,
+        minutes=9.0, train_minutes=3.0, train_least=2.0, valid_every=0.5, train_start=75, track_seconds=120,
         end_margin=15),
     "dry": dict(
-        limits=dict(tests=300, parity=120, latency=180, rescoring=180, mfu=300, attention=120),
+        limits=dict(tests=300, parity=120, latency=180, rescoring=180, mfu=300, attention=120, step=300),
         tests=["-k", "test_clm_ignores_the_future or test_alone_equals_inside_padded_batch"],
         parity=["--size", "tiny", "--sentences", "5"],
         latency=["--sizes", "tiny", "--lengths", "4,8", "--repeats", "1", "--modes", "latency", "--vocab", "50",
@@ -99,6 +104,8 @@ PLANS = {
         mfu=["--tokens", "256", "--length", "32", "--steps", "1", "--warmup", "0", "--matmul-size", "256",
              "--threads", "1"],
         attention=["--rows", "6", "--length", "12", "--repeats", "1", "--threads", "1"],
+        step=[["--widths", "64", "--tokens", "512"]],
+        step_options=["--sentences", "500", "--rounds", "1", "--group", "1", "--matmul-size", "256", "--threads", "1"],
         train=["--valid-sentences", "20", "--threads", "1"], batch_tokens=1024,
         track=["--threads", "1", "--dtype", "float32"],
         minutes=60.0, train_minutes=0.1, train_least=0.05, valid_every=0.05, train_start=120, track_seconds=600,
@@ -132,7 +139,7 @@ def parse_args(argv=None):
                      help="most training minutes per model (default 3; dry 0.1)")
     run.add_argument("--lr", type=number(float, above=0), default=3e-4, help="peak learning rate of both models")
     run.add_argument("--batch-tokens", type=number(int, 1),
-                     help="padded tokens per update of both models (default 32768; dry 1024)")
+                     help="tokens per update of both models, padding included (default 32768; dry 1024)")
     run.add_argument("--warmup", type=number(float, 0, 1), default=0.05, help="warm-up share of the training budget")
     run.add_argument("--part-mib", type=number(float, above=0, high=BACK_FILE_MIB), default=15.5,
                      help="size of the models.tar.NN parts")
@@ -395,6 +402,34 @@ class Session:
                    *self.plan["attention"]]
         self.measure("attention", {"attention": (command, path)}, lambda saved: {k: saved[k] for k in ("scoring", "training")})
 
+    def step(self):
+        """slm-pretrain's packed step (compiled where the plan says) against the padded step before it, for the SLM
+        and the CLM at the plan's widths and batch sizes (`bench_pretrain_step.py`, one command per batch size, all
+        within the stage's limit), then the shape that a window of --train-minutes should train (`window_shape.py`)."""
+        end = time.monotonic() + self.plan["limits"]["step"]
+        paths = []
+        for options in self.plan["step"]:
+            name = "step_" + options[options.index("--tokens") + 1].replace(",", "-")
+            path = self.run_dir / f"{name}.json"
+            path.unlink(missing_ok=True)
+            limit = min(self.limit("step"), end - time.monotonic())
+            if limit < 10:
+                self.stages[name] = {"status": "skipped: no time left in this command"}
+                continue
+            command = [sys.executable, ROOT / "local/benchmarks/bench_pretrain_step.py", "--data", self.args.data,
+                       "--device", self.args.device, "--dtype", "bfloat16", "--kinds", ",".join(KINDS),
+                       "--n-layers", SHAPE["n_layers"], "--max-positions", SHAPE["max_positions"], "--json", path,
+                       *options, *self.plan["step_options"]]
+            result = self.call(name, command, limit)
+            if path.exists():  # written after every configuration: a command stopped by its limit keeps those
+                result["results"] = json.loads(path.read_text())["results"]
+                paths.append(path)
+            self.stages[name] = result
+        if paths:
+            command = [sys.executable, ROOT / "local/benchmarks/window_shape.py", "--speed", *paths, "--minutes",
+                       self.args.train_minutes]
+            self.stages["window"] = self.call("window", command, 30)
+
     def train(self):
         """Train the SLM, then the CLM, for the same minutes each (keeping the model of every validation for
         a later track stage); write both curves."""
@@ -551,9 +586,10 @@ def curves(run_dir: Path, runs: list) -> str:
 
 
 def training_table(stages: dict, peak_tflops) -> list:
-    """Markdown rows of the trained models: budget, updates, tokens, tokens/s, MFU, epochs, valid CE."""
-    lines = ["| kind | parameters | minutes | updates | tokens | tokens/s | MFU | epochs | valid CE | finished |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    """Markdown rows of the trained models: budget, updates, tokens, tokens/s, MFU, epochs, valid CE, and the seconds
+    of compiling the step and of validating (checkpoints and exports included)."""
+    lines = ["| kind | parameters | minutes | updates | tokens | tokens/s | MFU | epochs | valid CE | finished "
+             "| compile (s) | validating (s) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for kind in KINDS:
         card = stages.get(f"train_{kind}", {}).get("results")
         if not card:
@@ -563,7 +599,8 @@ def training_table(stages: dict, peak_tflops) -> list:
         lines.append(f"| {kind} | {card['parameters'] / 1e6:.1f}M | {card['spent_minutes']:.2f} | {card['updates']} | "
                      f"{card['tokens_seen']} | {card['tokens_per_s']:.0f} | "
                      f"{'-' if mfu is None else f'{100 * mfu:.1f} %'} | {card['epochs']:.2f} | "
-                     f"{card['valid_ce']:.4f} | {card['finished']} |")
+                     f"{card['valid_ce']:.4f} | {card['finished']} | {card.get('compile_seconds', '-')} | "
+                     f"{card.get('validation_seconds', '-')} |")
     return lines
 
 

@@ -48,7 +48,13 @@ def main(argv=None):
     tr.add_argument("--dropout", type=number(float, 0, 1), default=0.1)
     tr.add_argument("--lr", type=number(float, above=0), default=1e-3, help="peak learning rate")
     tr.add_argument("--warmup", type=number(float, 0, 1), default=0.05, help="fraction of the budget for linear warm-up")
-    tr.add_argument("--batch-tokens", type=number(int, 1), default=4096, help="padded tokens per update")
+    tr.add_argument("--batch-tokens", type=number(int, 1), default=4096,
+                    help="tokens per update, padding included: rows of --row-tokens, each packed with whole sentences")
+    tr.add_argument("--row-tokens", type=number(int, 3), default=0,
+                    help="tokens per row (default: --max-positions); a longer sentence is cut to it")
+    tr.add_argument("--compile", default="auto", choices=("auto", "on", "off"),
+                    help="compile the step's forward and backward (torch.compile) before the budget starts; "
+                         "auto: on CUDA")
     tr.add_argument("--device", default="cpu", type=device_option("slm-pretrain"))
     tr.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES,
                     help="autocast dtype (auto: bf16 where the device computes it natively, else float32)")
@@ -92,7 +98,8 @@ def main(argv=None):
         settings = PretrainSettings(
             kind=args.kind, data_dir=Path(args.data), out_dir=Path(args.out), model_args=model_args,
             minutes=args.minutes or 0.0, updates=args.updates or 0, clock=args.clock, deadline_minutes=args.deadline,
-            peak_lr=args.lr, warmup=args.warmup, batch_tokens=args.batch_tokens, device=args.device,
+            peak_lr=args.lr, warmup=args.warmup, batch_tokens=args.batch_tokens, row_tokens=args.row_tokens,
+            compile=args.compile, device=args.device,
             dtype=args.dtype, threads=args.threads or 0, seed=args.seed, valid_every_minutes=args.valid_every,
             valid_sentences=args.valid_sentences, content_loss=args.content_loss,
             content_sample=args.content_sample, whole_words=args.whole_words, init=args.init,

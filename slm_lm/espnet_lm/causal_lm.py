@@ -31,8 +31,8 @@ class CausalLMForESPnet(SlmLMForESPnet):
             raise ValueError(f"a hypothesis of {length} tokens (with <sos>) exceeds the clm's max_positions="
                              f"{limit}: decode with a smaller maxlenratio or train the LM with a larger max_positions")
         start = 0 if cache is None else cache.shape[-2]
-        h = model.embed(ys)[:, start:]
         positions = torch.arange(length, device=ys.device)
+        h = model.embed(ys, positions.expand_as(ys))[:, start:]
         causal = positions[None, :] <= positions[start:, None]  # [new queries, all keys]
         layers_cache = []
         for depth, layer in enumerate(model.layers):

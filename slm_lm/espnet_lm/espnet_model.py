@@ -61,5 +61,5 @@ class SlmESPnetLanguageModel(ESPnetLanguageModel):
             loss_sum, n_predicted = self.lm.model.loss(tokens, lengths)
         loss = loss_sum / n_predicted
         stats = dict(loss=loss.detach())
-        weight = torch.tensor(n_predicted, device=loss.device)
+        weight = n_predicted.detach()
         return force_gatherable((loss, stats, weight), loss.device)

@@ -1,7 +1,13 @@
 """The Transformer backbone every LM kind shares: BERT-style embeddings, post-LN layers, tied LM head.
 
+A batch is rows of sentences: `tokens` [B, T] and `sentences` [B, T], the number of each token's sentence in
+its row (PADDING after the row's last sentence). Each sentence is `<s> x_1 .. x_n </s>`, its positions
+restart at 0, and attention never crosses from one sentence to another. A padded batch of one sentence a
+row (`tokens`, `lengths`) is the special case `padded_sentences(lengths, T)`.
+
 Attention uses `torch.nn.functional.scaled_dot_product_attention` (fused kernels on CPU and GPU) with
-boolean masks (True = may attend), or FlexAttention with the same masks as block masks (`block_mask`).
+boolean masks (True = may attend) built from the sentence numbers, or FlexAttention with the same masks as
+block masks (`block_mask`).
 """
 import functools
 
@@ -23,14 +29,13 @@ class Embeddings(nn.Module):
         self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(tokens.shape[1], device=tokens.device)
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """`positions` [B, T]: each token's position in its sentence (`sentence_positions`)."""
         return self.dropout(self.norm(self.tokens(tokens) + self.positions(positions)))
 
-    def query_stream(self, mask_id: int, batch: int, length: int, device) -> torch.Tensor:
-        """SLM query-stream input: the <mask> embedding plus each position's embedding."""
-        mask_tokens = torch.full((batch, length), mask_id, dtype=torch.long, device=device)
-        return self(mask_tokens)
+    def query_stream(self, mask_id: int, positions: torch.Tensor) -> torch.Tensor:
+        """SLM and T-TA query-stream input: the <mask> embedding plus each position's embedding."""
+        return self(torch.full_like(positions, mask_id), positions)
 
 
 class TransformerLayer(nn.Module):
@@ -143,34 +148,80 @@ def init_weights(module: nn.Module) -> None:
             nn.init.zeros_(m.bias)
 
 
+PADDING = -1  # the sentence number of the padding after a row's last sentence
+
+
 def valid_mask(lengths: torch.Tensor, length: int) -> torch.Tensor:
     """[B, T] True at real (non-padding) positions."""
     return torch.arange(length, device=lengths.device)[None, :] < lengths[:, None]
 
 
-def sliding_masks(lengths: torch.Tensor, length: int, word_starts=None):
+def padded_sentences(lengths: torch.Tensor, length: int) -> torch.Tensor:
+    """The sentence numbers [B, T] of a padded batch: sentence 0 in each row, then PADDING."""
+    return torch.where(valid_mask(lengths, length), 0, PADDING)
+
+
+def sentence_positions(sentences: torch.Tensor) -> torch.Tensor:
+    """[B, T] each token's position in its sentence: 0 where its sentence number changes, then 1, 2, ..."""
+    index = torch.arange(sentences.shape[1], device=sentences.device).expand_as(sentences)
+    starts = torch.ones_like(sentences, dtype=torch.bool)
+    starts[:, 1:] = sentences[:, 1:] != sentences[:, :-1]
+    return index - torch.where(starts, index, 0).cummax(dim=1).values
+
+
+def scored_positions(sentences: torch.Tensor) -> torch.Tensor:
+    """[B, T] True at the positions every kind scores: each sentence's 1 .. length-1 (all but its `<s>`)."""
+    return (sentences != PADDING) & (sentence_positions(sentences) > 0)
+
+
+def has_next(sentences: torch.Tensor) -> torch.Tensor:
+    """[B, T] True where the next token is of the same sentence (not past its `</s>`)."""
+    same = sentences[:, 1:] == sentences[:, :-1]
+    return F.pad(same, (0, 1)) & (sentences != PADDING)
+
+
+def _pairs(sentences: torch.Tensor):
+    """(same sentence [B, T, T], j < i [T, T], j > i [T, T], j == i [T, T]) for query i and key j."""
+    i = torch.arange(sentences.shape[1], device=sentences.device)
+    same = sentences[:, :, None] == sentences[:, None, :]
+    return same, i[None, :] < i[:, None], i[None, :] > i[:, None], i[None, :] == i[:, None]
+
+
+def _padding_sees_itself(mask: torch.Tensor, sentences: torch.Tensor, eye: torch.Tensor) -> torch.Tensor:
+    """`mask` [B, Q, K] with each padding query allowed its own position: no row is empty (SDPA would give NaN)."""
+    return mask | (eye & (sentences == PADDING)[:, :, None])
+
+
+def causal_mask(sentences: torch.Tensor) -> torch.Tensor:
+    """[B, 1, T, T] causal attention within each sentence: j <= i in i's sentence."""
+    same, before, _, eye = _pairs(sentences)
+    return (same & (before | eye))[:, None]
+
+
+def sentence_mask(sentences: torch.Tensor) -> torch.Tensor:
+    """[B, 1, T, T] bidirectional attention within each sentence (the MLM's)."""
+    return _pairs(sentences)[0][:, None]
+
+
+def sliding_masks(sentences: torch.Tensor, word_starts=None):
     """Masks of the triple-stream attention.
 
     Returns (content [2B, 1, T, T], query [B, 1, T, 2T]). Content rows 0..B-1 are the forward stream
-    (j <= i), rows B..2B-1 the backward stream (j >= i); padded keys are blocked and a padded query row
-    may attend to itself so that no row is empty. The query stream attends the forward half for j < i
-    and the backward half for j > i: it never sees x_i. With `word_starts` [B, T] (True where a word
-    begins) the backward half is further limited to the words after x_i's word: x_i is then predicted
-    from x_<i and the whole words to its right, never from the rest of its own word.
+    (j <= i), rows B..2B-1 the backward stream (j >= i), both within i's sentence. The query stream
+    attends the forward half for j < i and the backward half for j > i: it never sees x_i. With
+    `word_starts` [B, T] (True where a word begins) the backward half is further limited to the words after
+    x_i's word: x_i is then predicted from x_<i and the whole words to its right, never from the rest of its
+    own word. A padding query may attend to its own position, so that no row is empty.
     """
-    valid = valid_mask(lengths, length)[:, None, :]  # [B, 1, T] keys
-    i = torch.arange(length, device=lengths.device)
-    before = i[None, :] < i[:, None]  # [T, T] j < i
-    after = i[None, :] > i[:, None]
-    eye = torch.eye(length, dtype=torch.bool, device=lengths.device)
-    forward = (before | eye) & valid
-    backward = ((after | eye) & valid) | eye
+    same, before, after, eye = _pairs(sentences)
+    forward = same & (before | eye)
+    backward = same & (after | eye)
     content = torch.cat([forward, backward])[:, None]
-    right = after & valid
+    right = same & after
     if word_starts is not None:
         right = right & ~rest_of_word(word_starts)
-    query = torch.cat([(before & valid).expand_as(right), right], dim=-1)[:, None]
-    return content, query
+    left = _padding_sees_itself(same & before, sentences, eye)
+    return content, torch.cat([left, right], dim=-1)[:, None]
 
 
 def rest_of_word(word_starts: torch.Tensor) -> torch.Tensor:
@@ -189,18 +240,18 @@ def next_word_start(word_starts: torch.Tensor) -> torch.Tensor:
     return later.flip(1).cummin(dim=1).values.flip(1)
 
 
-def self_blind_mask(lengths: torch.Tensor, length: int, word_starts=None) -> torch.Tensor:
-    """[B, 1, T, T] T-TA attention mask: query i may attend key j iff j is a real position and j != i
+def self_blind_mask(sentences: torch.Tensor, word_starts=None) -> torch.Tensor:
+    """[B, 1, T, T] T-TA attention mask: query i may attend key j iff j is in i's sentence and j != i
     (and, with `word_starts`, j is not a later piece of i's word: see :func:`rest_of_word`).
 
-    No row is empty: every sentence has at least two real positions (<s> and </s>).
+    No row is empty: every sentence has at least two positions (<s> and </s>); a padding query may attend to
+    its own position.
     """
-    valid = valid_mask(lengths, length)[:, None, None, :]
-    eye = torch.eye(length, dtype=torch.bool, device=lengths.device)
-    mask = valid & ~eye
+    same, _, _, eye = _pairs(sentences)
+    mask = same & ~eye
     if word_starts is not None:
-        mask = mask & ~rest_of_word(word_starts)[:, None]
-    return mask
+        mask = mask & ~rest_of_word(word_starts)
+    return _padding_sees_itself(mask, sentences, eye)[:, None]
 
 
 def check_batch(tokens: torch.Tensor, lengths: torch.Tensor, max_positions: int) -> None:

@@ -1,12 +1,12 @@
-"""The pre-training corpus: encoding text into it, reading it back, and batches of sentences of similar length.
+"""The pre-training corpus: encoding text into it, reading it back, and its sentences packed into rows.
 
 Format (`encode_corpus`): the token ids of every sentence, pieces only, each sentence followed by 0
 (`<blank>`, never a piece), as little-endian uint16, lzma-compressed: `NAME.ids.xz`; beside it
 `NAME.ids.json` records the tokenizer that encoded it (`Tokenizer.digest()`) and the corpus's own digest.
 `load_corpus` given a tokenizer refuses a corpus whose record names another tokenizer, and any corpus with
 a token id beyond that tokenizer's vocabulary; a corpus without the record (encoded before it existed) is
-accepted without the tokenizer check. Batches (`batches`, `collate`) are sentences of similar length under a
-padded-token budget, as ESPnet's `numel` batches.
+accepted without the tokenizer check. `pack_rows` packs the sentences whole into rows of one length, `PackedRows`
+holds the packed tokens and sentence numbers (`slm_lm.model.backbone`) of an epoch as tensors.
 """
 import hashlib
 import json
@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from slm_lm.model.backbone import PADDING
 from slm_lm.common.errors import InputError, os_problem
 from slm_lm.common.fileio import MAX_TEXT_FILE, atomic_open, read_small_file, read_text_lines
 from slm_lm.common.progress import progress_bar
@@ -143,39 +144,82 @@ def check_tokenizer(path: Path, data: bytes, tokenizer: Tokenizer) -> None:
                          "with that tokenizer")
 
 
-def batches(lengths: list, max_tokens: int, rng: random.Random, pool: int = 100):
-    """Index lists of sentences of similar length; each batch pads to at most `max_tokens` tokens.
-
-    The order is shuffled, then sorted by length inside pools of about `pool` batches, and the
-    batches are shuffled: every sentence is used once per pass.
+def pack_rows(lengths: list, row_length: int, rng: random.Random | None = None, open_rows: int = 8) -> list:
+    """Index lists of sentences (`lengths`: each one's tokens, `<s>` and `</s>` included, at most `row_length`)
+    that fill rows of `row_length` tokens: every sentence once and whole. The sentences are taken in a random
+    order (`rng`; None: in order), each put into the first of the last `open_rows` rows it fits in, or a new one.
     """
     order = list(range(len(lengths)))
-    rng.shuffle(order)
-    mean = max(1, sum(lengths) // max(1, len(lengths)))
-    chunk = max(1, pool * max_tokens // mean)
-    out = []
-    for start in range(0, len(order), chunk):
-        part = sorted(order[start : start + chunk], key=lambda i: lengths[i])
-        batch = []
-        for i in part:  # ascending lengths: the newest sentence is the longest
-            if batch and (len(batch) + 1) * lengths[i] > max_tokens:
-                out.append(batch)
-                batch = []
-            batch.append(i)
-        if batch:
-            out.append(batch)
-    rng.shuffle(out)
-    return out
+    if rng is not None:
+        rng.shuffle(order)
+    rows, room, first_open = [], [], 0
+    for i in order:
+        size = lengths[i]
+        for r in range(first_open, len(rows)):
+            if room[r] >= size:
+                rows[r].append(i)
+                room[r] -= size
+                break
+        else:
+            rows.append([i])
+            room.append(row_length - size)
+            first_open = max(first_open, len(rows) - open_rows)
+    return rows
 
 
-def collate(sentences: list, index: list, sos_eos: int, max_positions: int):
-    """(tokens [B, T], lengths [B]) for `<s> pieces </s>` rows, pieces cut to fit `max_positions`."""
-    rows = [sentences[i][: max_positions - 2] for i in index]
-    n = np.array([len(r) for r in rows])
-    tokens = np.zeros((len(rows), int(n.max()) + 2), dtype=np.int64)
-    row_of = np.repeat(np.arange(len(rows)), n)
-    column = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n) + 1
-    tokens[row_of, column] = np.concatenate(rows)
-    tokens[:, 0] = sos_eos
-    tokens[np.arange(len(rows)), n + 1] = sos_eos
-    return torch.from_numpy(tokens), torch.from_numpy(n + 2)
+class Sentences:
+    """Sentences as two tensors on `device`: `pieces` (every sentence's pieces, one after another) and `starts`
+    [n + 1] (where each begins, the end last), so that an epoch is packed there, all sentences at once."""
+
+    def __init__(self, sentences: list, device="cpu"):
+        pieces = np.concatenate(sentences) if sentences else np.zeros(0, dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum([len(x) for x in sentences], dtype=np.int64)])
+        self.pieces = torch.from_numpy(pieces.astype(np.int32)).to(device)
+        self.starts = torch.from_numpy(starts).to(device)
+        self.lengths = np.diff(starts).tolist()  # each sentence's pieces, on the host
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+
+class PackedRows:
+    """The `sentences` (`Sentences`) of `rows` (index lists, `pack_rows`) as `<s> pieces </s>` packed into `tokens`
+    [R, L] and their sentence numbers `sentences` [R, L] (PADDING after each row's last sentence), built on the
+    sentences' device, with the rows grouped into batches of `rows_per_batch` (the last one filled with rows of
+    padding: every batch has one shape) and each batch's number of predicted tokens `predicted` (every token but
+    each sentence's `<s>`), on the host. Pieces beyond `row_length` - 2 are cut (a model has no position for them).
+    """
+
+    def __init__(self, sentences: Sentences, rows: list, row_length: int, rows_per_batch: int, sos_eos: int):
+        device = sentences.pieces.device
+        batches = -(-len(rows) // rows_per_batch)
+        per_row = torch.tensor([len(row) for row in rows], device=device)
+        order = torch.from_numpy(np.fromiter((i for row in rows for i in row), dtype=np.int64,
+                                             count=sum(len(row) for row in rows))).to(device)
+        begins = sentences.starts[order]
+        size = (sentences.starts[order + 1] - begins).clamp(max=row_length - 2) + 2
+        row_of = torch.repeat_interleave(torch.arange(len(rows), device=device), per_row)
+        first = per_row.cumsum(0) - per_row  # each row's first sentence
+        number = torch.arange(len(order), device=device) - first[row_of]  # each sentence's number in its row
+        before = size.cumsum(0) - size  # tokens before each sentence, all rows
+        column = before - before[first][row_of]  # each sentence's first column in its row
+        offset = torch.arange(int(size.sum()), device=device) - before.repeat_interleave(size)  # place in its sentence
+        inner = (offset > 0) & (offset < (size - 1).repeat_interleave(size))
+        source = torch.where(inner, (begins - 1).repeat_interleave(size) + offset, 0)
+        flat = (row_of * row_length + column).repeat_interleave(size) + offset
+        tokens = torch.zeros(batches * rows_per_batch * row_length, dtype=torch.int32, device=device)
+        numbers = torch.full_like(tokens, PADDING)
+        tokens[flat] = torch.where(inner, sentences.pieces[source], sos_eos)
+        numbers[flat] = number.to(torch.int32).repeat_interleave(size)
+        self.tokens = tokens.view(batches, rows_per_batch, row_length)
+        self.sentences = numbers.view(batches, rows_per_batch, row_length)
+        predicted = torch.zeros(batches * rows_per_batch, dtype=torch.int64, device=device)
+        predicted.index_add_(0, row_of, size - 1)
+        self.predicted = predicted.view(batches, rows_per_batch).sum(dim=1).tolist()
+
+    def __len__(self) -> int:
+        return len(self.predicted)
+
+    def __getitem__(self, batch: int):
+        """(tokens [rows_per_batch, L], sentences [rows_per_batch, L]) of batch `batch`, int64, on the device."""
+        return self.tokens[batch].long(), self.sentences[batch].long()

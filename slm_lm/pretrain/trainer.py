@@ -11,6 +11,7 @@ or tokenizer is refused.
 """
 import pickle
 import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from slm_lm.model.config import LMConfig
 from slm_lm.model.kinds import model_from_config
 from slm_lm.model.precision import autocast, resolve_dtype
 from slm_lm.model.tokenizer import Tokenizer
-from slm_lm.pretrain.corpus import batches, collate, load_corpus
+from slm_lm.pretrain.corpus import PackedRows, Sentences, load_corpus, pack_rows
 from slm_lm.pretrain.schedule import Budget, learning_rate
 
 COMMAND = "slm-pretrain"
@@ -35,7 +36,8 @@ MODEL_DIR = "model"  # the scoring-ready export, replaced as a whole at every va
 SNAPSHOTS_DIR = "snapshots"  # with keep_models: SNAPSHOTS_DIR/UPDATES/, the export of each validation, kept
 CURVE_FILE = "curve.tsv"
 CURVE_HEADER = "minutes\tupdates\ttokens\ttrain_ce\tvalid_ce\n"
-LOSS_EVERY = 20  # updates between the samples of the training loss that the curve's train_ce averages
+PROGRESS_EVERY = 20  # updates between refreshes of the progress bar
+COMPILE_CHOICES = ("auto", "on", "off")  # auto: on for CUDA
 
 
 @dataclass
@@ -44,9 +46,12 @@ class PretrainSettings:
 
     The budget is `minutes` of `clock` time (wall, or this process's CPU time) or, with `minutes` 0,
     `updates` updates; `deadline_minutes` of wall-clock time (0: none) end this process whatever the budget
-    (a later run resumes). Validation runs every `valid_every_minutes` of `clock` time, on the first
-    `valid_sentences` sentences (0: all). `content_loss` (SLM only) is the weight of the content streams'
-    neighbour-prediction loss, taken at a `content_sample` share of positions (`SlidingLM.loss`);
+    (a later run resumes). Each update trains on `batch_tokens` tokens: rows of `row_tokens` tokens (0: the
+    model's `max_positions`), each holding whole sentences (`slm_lm.pretrain.corpus.pack_rows`; a sentence
+    longer than a row is cut to it, and the card counts them). `compile` compiles the step's forward and
+    backward (`torch.compile`, before the budget starts; auto: on CUDA). Validation runs every
+    `valid_every_minutes` of `clock` time, on the first `valid_sentences` sentences (0: all). `content_loss`
+    (SLM only) is the weight of the content streams' neighbour-prediction loss, taken at a `content_sample` share of positions (`SlidingLM.loss`);
     validation reports the query stream's CE. `whole_words` trains (and validates) the objective of
     whole-word scoring: each piece predicted without the later pieces of its own word
     (`LanguageModel.token_logprobs`); the model is then scored that way. `init` starts a new run from a
@@ -66,7 +71,9 @@ class PretrainSettings:
     deadline_minutes: float = 0.0
     peak_lr: float = 1e-3
     warmup: float = 0.05  # share of the budget for the linear warm-up
-    batch_tokens: int = 4096  # padded tokens per update
+    batch_tokens: int = 4096  # tokens per update, padding included: a whole number of rows
+    row_tokens: int = 0  # 0: max_positions
+    compile: str = "auto"
     device: str = "cpu"
     dtype: str = "float32"
     threads: int = 0  # CPU threads (0: torch's default)
@@ -89,6 +96,14 @@ class PretrainSettings:
         if isinstance(max_positions, int) and max_positions < 3:
             raise ValueError(f"--max-positions {max_positions}: too small for one piece between <s> and </s> "
                              "(at least 3)")
+        if self.row_tokens and isinstance(max_positions, int) and not 3 <= self.row_tokens <= max_positions:
+            raise ValueError(f"--row-tokens {self.row_tokens}: must be between 3 and --max-positions {max_positions}")
+        row = self.row_tokens or max_positions
+        if isinstance(row, int) and self.batch_tokens < row:
+            raise ValueError(f"--batch-tokens {self.batch_tokens}: under one row of {row} tokens (--row-tokens, "
+                             "or --max-positions)")
+        if self.compile not in COMPILE_CHOICES:
+            raise ValueError(f"compile must be one of {COMPILE_CHOICES}, got {self.compile!r}")
         if self.threads < 0:
             raise ValueError(f"--threads {self.threads}: must be a positive number of threads (0: torch's default)")
 
@@ -98,21 +113,19 @@ class PretrainSettings:
 
 
 @torch.no_grad()
-def validation_ce(model, sentences, sos_eos, max_tokens, device, dtype, word_table=None) -> float:
-    """Cross-entropy (nats per scored token) of the model's training objective on `sentences`
+def validation_ce(model, rows: PackedRows, device, dtype, word_table=None) -> float:
+    """Cross-entropy (nats per scored token) of the model's training objective on the batches of `rows`
     (`word_table`: per token id, whether it begins a word, for the whole-word objective)."""
     model.eval()
-    total, count = 0.0, 0
-    lengths = [len(s) + 2 for s in sentences]
-    for index in batches(lengths, max_tokens, random.Random(0)):
-        tokens, lens = collate(sentences, index, sos_eos, model.config.max_positions)
-        words = None if word_table is None else word_table[tokens].to(device)
+    total, count = torch.zeros((), device=device, dtype=torch.float64), 0
+    for batch in range(len(rows)):
+        tokens, sentences = rows[batch]
         with autocast(device, dtype):
-            loss, n = model.loss(tokens.to(device), lens.to(device), words)
-        total += float(loss)
-        count += n
+            loss, _ = model.packed_loss(tokens, sentences, None if word_table is None else word_table[tokens])
+        total += loss
+        count += rows.predicted[batch]
     model.train()
-    return total / max(1, count)
+    return float(total) / max(1, count)
 
 
 def new_model_and_optimizer(settings: PretrainSettings, vocab_size: int, device: torch.device):
@@ -124,7 +137,8 @@ def new_model_and_optimizer(settings: PretrainSettings, vocab_size: int, device:
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=settings.peak_lr, betas=(0.9, 0.98), eps=1e-6, fused=device.type == "cuda")
+                                  lr=settings.peak_lr, betas=(0.9, 0.98), eps=1e-6,
+                                  fused=device.type in ("cuda", "cpu"))  # one kernel, and no step count read back
     return model, optimizer
 
 
@@ -240,12 +254,13 @@ def load_checkpoint(path, model, optimizer, device, identity: dict | None = None
 
 
 def training_card(settings: PretrainSettings, model, device: torch.device, dtype: str, train: list,
-                  valid: list) -> dict:
+                  valid: list, row_tokens: int) -> dict:
     """The settings part of the training card (training.json); `record_validation` adds the progress."""
     s = settings
     card = {"kind": s.kind, "parameters": sum(p.numel() for p in model.parameters()),
             **({"budget_updates": s.updates} if s.updates else {"budget_minutes": s.minutes}), "clock": s.clock,
-            "peak_lr": s.peak_lr, "warmup": s.warmup, "batch_tokens": s.batch_tokens,
+            "peak_lr": s.peak_lr, "warmup": s.warmup, "batch_tokens": s.batch_tokens, "row_tokens": row_tokens,
+            "cut_sentences": sum(len(sentence) + 2 > row_tokens for sentence in train),
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "threads": torch.get_num_threads(), "dtype": dtype, "train_sentences": len(train),
             "train_tokens_per_epoch": sum(len(sentence) + 1 for sentence in train), "valid_sentences": len(valid),
@@ -271,10 +286,21 @@ def pretrain(settings: PretrainSettings) -> dict:
         return _TrainingRun(settings).train()
 
 
+def training_data(data_dir: Path, valid_sentences: int = 0) -> tuple:
+    """(the tokenizer, the training sentences, the first `valid_sentences` validation sentences (0: all)) of
+    `data_dir`, each corpus checked against the tokenizer (`load_corpus`)."""
+    tokenizer = Tokenizer.from_dir(data_dir)
+    valid = load_corpus(data_dir / "valid.ids.xz", tokenizer)
+    return (tokenizer, load_corpus(data_dir / "train.ids.xz", tokenizer),
+            valid[:valid_sentences] if valid_sentences else valid)
+
+
 class _TrainingRun:
     """One process of a pre-training run: the model, its optimizer and data, the loop state, the budget and the card."""
 
-    def __init__(self, settings: PretrainSettings):
+    def __init__(self, settings: PretrainSettings, data: tuple | None = None):
+        """`data`: (tokenizer, training sentences, validation sentences) of `settings.data_dir` when already read
+        (`training_data`)."""
         s = self.settings = settings
         data_dir, self.out_dir = Path(s.data_dir), Path(s.out_dir)
         finish_interrupted(self.out_dir, COMMAND)  # an export that a kill interrupted: completed or undone
@@ -283,11 +309,8 @@ class _TrainingRun:
             torch.set_num_threads(s.threads)
         self.device = torch.device(s.device)
         self.dtype = resolve_dtype(s.dtype, self.device)
-        self.tokenizer = Tokenizer.from_dir(data_dir)
-        self.word_table = torch.tensor(self.tokenizer.word_start_ids()) if s.whole_words else None
-        self.train_set = load_corpus(data_dir / "train.ids.xz", self.tokenizer)
-        valid = load_corpus(data_dir / "valid.ids.xz", self.tokenizer)
-        self.valid_set = valid[:s.valid_sentences] if s.valid_sentences else valid
+        self.tokenizer, self.train_set, self.valid_set = data or training_data(data_dir, s.valid_sentences)
+        self.word_table = torch.tensor(self.tokenizer.word_start_ids()).to(self.device) if s.whole_words else None
         self.model, self.optimizer = new_model_and_optimizer(s, self.tokenizer.vocab_size, self.device)
         self.identity = run_identity(s, self.model.config, self.tokenizer)
         checkpoint = self.out_dir / CHECKPOINT_FILE
@@ -302,55 +325,87 @@ class _TrainingRun:
                 initialise(self.model, s.init, self.tokenizer)
         if s.keep_models:  # snapshots/ a file, or not writable: refused now, not at the first validation
             check_output_dir("--keep-models", self.out_dir / SNAPSHOTS_DIR, (), (), COMMAND)
+        self.row_tokens = s.row_tokens or self.model.config.max_positions
+        self.rows_per_batch = s.batch_tokens // self.row_tokens
+        self.train_sentences = Sentences(self.train_set, self.device)
+        self.valid_rows = self.packed(Sentences(self.valid_set, self.device), None)
+        self.card = training_card(s, self.model, self.device, self.dtype, self.train_set, self.valid_set,
+                                  self.row_tokens)
+        # the deadline counts from here, the compile included; the budget counts the updates only
         self.budget = Budget(60.0 * s.minutes, s.clock, self.state["spent"], 60.0 * s.deadline_minutes, s.updates)
-        self.card = training_card(s, self.model, self.device, self.dtype, self.train_set, self.valid_set)
-        self.losses = []  # training losses sampled since the last validation
+        self.step_loss = self.compiled_loss() if s.compile == "on" or (s.compile == "auto" and
+                                                                       self.device.type == "cuda") else self.loss
+        self.loss_sum = torch.zeros((), device=self.device, dtype=torch.float64)  # since the last validation
+        self.loss_tokens = 0
+
+    def loss(self, tokens, sentences):
+        """The model's training loss and its token count (tensors) on a batch of packed rows."""
+        words = None if self.word_table is None else self.word_table[tokens]
+        with autocast(self.device, self.dtype):
+            return self.model.packed_loss(tokens, sentences, words, **self.settings.loss_options())
+
+    def compiled_loss(self):
+        """`loss` compiled whole, forward and backward (one shape: no recompilation), before the budget starts:
+        the compile time goes on the card. The trial step's random draws and gradients are undone."""
+        compiled = torch.compile(self.loss, fullgraph=True, dynamic=False)
+        began = time.monotonic()
+        cuda = [torch.cuda.current_device()] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda):
+            tokens, sentences = self.valid_rows[0]
+            loss_sum, n = compiled(tokens, sentences)
+            (loss_sum / n.clamp(min=1)).backward()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.card["compile_seconds"] = round(time.monotonic() - began, 1)
+        return compiled
 
     def train(self) -> dict:
         """Train until the budget (or the deadline) is spent, validating on the way; returns the card."""
         s, state = self.settings, self.state
-        lengths = [len(sentence) + 2 for sentence in self.train_set]
         self.model.train()
         with progress_bar(total=s.updates or round(self.budget.seconds), unit="update" if s.updates else "s",
                           desc=s.kind if s.updates else f"{s.kind} ({s.clock} s)", mininterval=30) as bar:
             while True:
-                order = batches(lengths, s.batch_tokens, random.Random(s.seed * 1000 + state["epoch"]))
-                while state["position"] < len(order):
+                epoch = self.epoch_rows(state["epoch"])
+                while state["position"] < len(epoch):
                     fraction = self.budget.fraction(state["updates"])
                     if fraction >= 1.0 or self.budget.spent >= state["next_valid"]:
                         self.validate_and_save()
                         if fraction >= 1.0:
                             return self.card
-                    self.update(order[state["position"]])
-                    if state["updates"] % LOSS_EVERY == 0:
+                    self.update(epoch, state["position"])
+                    if state["updates"] % PROGRESS_EVERY == 0:
                         bar.n = state["updates"] if s.updates else round(self.budget.spent)
                         bar.refresh()
                 state["epoch"] += 1
                 state["position"] = 0
 
-    def update(self, index: list) -> None:
-        """One optimizer step on the training sentences `index`, its time counted by the budget."""
+    def packed(self, sentences: Sentences, rng: random.Random | None) -> PackedRows:
+        """`sentences` packed into batches of rows, in the order drawn from `rng` (None: in order)."""
+        rows = pack_rows([min(n + 2, self.row_tokens) for n in sentences.lengths], self.row_tokens, rng)
+        return PackedRows(sentences, rows, self.row_tokens, self.rows_per_batch, self.tokenizer.eos_id)
+
+    def epoch_rows(self, epoch: int) -> PackedRows:
+        """The training sentences of epoch `epoch` packed into rows, in an order drawn from the seed and the epoch."""
+        return self.packed(self.train_sentences, random.Random(self.settings.seed * 1000 + epoch))
+
+    def update(self, epoch: PackedRows, batch: int) -> None:
+        """One optimizer step on batch `batch` of the epoch's packed rows, its time counted by the budget. Nothing
+        is read back from the device: the loss is summed there until the next validation."""
         s, state, model = self.settings, self.state, self.model
         self.budget.resume()
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(s.peak_lr, self.budget.share(state["updates"]), s.warmup)
-        tokens, lens = collate(self.train_set, index, self.tokenizer.eos_id, model.config.max_positions)
-        if self.device.type == "cuda":  # a copy from pinned memory does not wait for the GPU's queue
-            tokens, lens = tokens.pin_memory(), lens.pin_memory()
-        words = None if self.word_table is None else self.word_table[tokens].to(self.device, non_blocking=True)
-        with autocast(self.device, self.dtype):
-            loss_sum, n = model.loss(tokens.to(self.device, non_blocking=True),
-                                     lens.to(self.device, non_blocking=True), words, **s.loss_options())
-        (loss_sum / n).backward()
+        loss_sum, n = self.step_loss(*epoch[batch])
+        (loss_sum / n.clamp(min=1)).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.loss_sum += loss_sum.detach()
         self.budget.pause()
         state["updates"] += 1
-        state["tokens"] += n
+        state["tokens"] += epoch.predicted[batch]
         state["position"] += 1
-        if state["updates"] % LOSS_EVERY == 0:
-            self.losses.append(float(loss_sum.detach()) / n)
+        self.loss_tokens += epoch.predicted[batch]
 
     def write_curve(self) -> None:
         """Write curve.tsv from the loop state's rows."""
@@ -359,16 +414,18 @@ class _TrainingRun:
     def validate_and_save(self) -> None:
         """Validate and add the curve's row (a run resumed at its last validation, a finished run run again,
         reuses that row); save the checkpoint, then the curve from it, then the card and the exported model
-        (and, with `keep_models`, its snapshot)."""
+        (and, with `keep_models`, its snapshot). The card counts the seconds this process has spent so (up to the
+        checkpoint): `validation_seconds`, the price of the validation cadence."""
+        began = time.monotonic()
         s, state = self.settings, self.state
         rows = state["curve"]
         if rows and rows[-1].split("\t")[1] == str(state["updates"]):
             valid_ce = float(rows[-1].split("\t")[4])
         else:
-            valid_ce = validation_ce(self.model, self.valid_set, self.tokenizer.eos_id, s.batch_tokens,
-                                     self.device, self.dtype, self.word_table)
-            train_ce = sum(self.losses) / len(self.losses) if self.losses else float("nan")
-            self.losses = []
+            valid_ce = validation_ce(self.model, self.valid_rows, self.device, self.dtype, self.word_table)
+            train_ce = float(self.loss_sum) / self.loss_tokens if self.loss_tokens else float("nan")
+            self.loss_sum.zero_()
+            self.loss_tokens = 0
             state["spent"] = self.budget.spent
             rows.append(f"{state['spent'] / 60:.2f}\t{state['updates']}\t{state['tokens']}\t{train_ce:.4f}\t"
                         f"{valid_ce:.4f}")
@@ -376,6 +433,7 @@ class _TrainingRun:
         save_checkpoint(self.out_dir / CHECKPOINT_FILE, self.model, self.optimizer, state,
                         rng_states(self.device), self.identity)
         self.write_curve()
+        self.card["validation_seconds"] = round(self.card.get("validation_seconds", 0.0) + time.monotonic() - began, 2)
         record_validation(self.card, state, valid_ce, self.optimizer.param_groups[0]["lr"])
         install_model(self.out_dir, self.model, self.tokenizer, self.card, s.whole_words)
         if s.keep_models:
