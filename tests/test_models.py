@@ -381,7 +381,8 @@ def test_slm_content_loss_adds_neighbour_prediction_by_the_content_streams(devic
                 expected -= torch.log_softmax(model.head(content[1, i + 1]), -1)[x[0, i]]
             changed = x.clone()
             changed[0, i:-1] = 2 + (changed[0, i:-1] - 1) % (V - 4)
-            assert torch.allclose(model._streams(changed, padded_sentences(lens, length))[0][0, i - 1], content[0, i - 1])
+            streams = model._streams(changed, padded_sentences(lens, length))
+            assert torch.allclose(streams[0][0, i - 1], content[0, i - 1])
     assert torch.allclose(with_content - plain, 0.5 * expected)
 
 

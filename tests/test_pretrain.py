@@ -1,6 +1,6 @@
-"""slm-pretrain: corpus encoding, the step (no read-back, compiled), the budgeted schedule, resume and the fp16 export."""
+"""slm-pretrain: corpus encoding, the step (no read-back, compiled), the budgeted schedule, resume and the fp16
+export."""
 import json
-import random
 
 import numpy as np
 import pytest
@@ -423,7 +423,8 @@ def test_a_training_step_reads_nothing_back_from_the_device(data, tmp_path, monk
                         ("clm", []), ("mlm", []), ("bilm", ["--whole-words"]), ("tta", [])]:
         pretrain_cli.main(["train", "--kind", kind, "--data", str(directory), "--out", str(tmp_path / kind),
                            "--updates", "3", "--compile", "off", *extra, *TINY])
-    assert {kind: len(steps) for kind, steps in counts.items()} == dict.fromkeys(("slm", "clm", "mlm", "bilm", "tta"), 3)
+    kinds = ("slm", "clm", "mlm", "bilm", "tta")
+    assert {kind: len(steps) for kind, steps in counts.items()} == dict.fromkeys(kinds, 3)
     assert all(seen == [] for steps in counts.values() for seen in steps), counts
 
 

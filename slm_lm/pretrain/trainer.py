@@ -51,7 +51,8 @@ class PretrainSettings:
     longer than a row is cut to it, and the card counts them). `compile` compiles the step's forward and
     backward (`torch.compile`, before the budget starts; auto: on CUDA). Validation runs every
     `valid_every_minutes` of `clock` time, on the first `valid_sentences` sentences (0: all). `content_loss`
-    (SLM only) is the weight of the content streams' neighbour-prediction loss, taken at a `content_sample` share of positions (`SlidingLM.loss`);
+    (SLM only) is the weight of the content streams' neighbour-prediction loss, taken at a `content_sample`
+    share of positions (`SlidingLM.loss`);
     validation reports the query stream's CE. `whole_words` trains (and validates) the objective of
     whole-word scoring: each piece predicted without the later pieces of its own word
     (`LanguageModel.token_logprobs`); the model is then scored that way. `init` starts a new run from a
