@@ -508,7 +508,7 @@ def test_pretrain_refuses_a_corpus_of_another_tokenizer(tmp_path, pretrain_data,
     if record:  # another tokenizer of the very same size
         (tmp_path / "other.txt").write_text("ZEBRA QUARTZ VEX JUMPS OVER LAZY DOGS\nPACK MY BOX WITH FIVE JUGS\n" * 30)
         other = train_bpe(tmp_path / "other.txt", tmp_path / "bpe", vocab_size=40)
-        needles = ["encoded with another tokenizer", "train.ids.json"]
+        needles = ["encoded with another tokenizer", "valid.ids.json"]
     else:
         (tmp_path / "text.txt").write_text(TEXT * 30)
         other = train_bpe(tmp_path / "text.txt", tmp_path / "bpe", vocab_size=60)
@@ -523,7 +523,7 @@ def test_pretrain_refuses_a_corpus_of_another_tokenizer(tmp_path, pretrain_data,
             (mixed / f"{name}.ids.json").unlink()
     before = snapshot(mixed)
     result = cli("pretrain", *pretrain_argv(mixed, tmp_path / "out"))
-    expect_error(result, "slm-pretrain", f"{mixed / 'train.ids.xz'}: ", *needles)
+    expect_error(result, "slm-pretrain", f"{mixed / 'valid.ids.xz'}: ", *needles)  # the first the loader reads
     assert snapshot(mixed) == before and not (tmp_path / "out" / "checkpoint.pt").exists()
 
 
@@ -779,7 +779,7 @@ def wrong_path_case(case, tmp_path, tiny_model, pretrain_data):
     if case == "blimp paradigm that is a directory":
         (adir / "x.jsonl").mkdir()
         return "blimp", ["--model", tiny_model, "--data", adir, "--out", out], \
-            [f"{adir / 'x.jsonl'}: cannot read: Is a directory"]
+            [f"{adir / 'x.jsonl'}: is a directory, not a file"]
     if case == "zero-shot --out under a file":  # refused before scoring ("File exists" after it)
         data = tmp_path / "d.tsv"
         data.write_text("AND GOD SAW THE LIGHT\tLIGHT\nTHE EARTH WAS VOID\tVOID\n")
@@ -792,7 +792,7 @@ def wrong_path_case(case, tmp_path, tiny_model, pretrain_data):
     if case == "pretrain train checkpoint.pt that is a directory":
         (out / "checkpoint.pt").mkdir(parents=True)
         return "pretrain", pretrain_argv(pretrain_data[0], out), \
-            [f"{out / 'checkpoint.pt'}: cannot read the checkpoint: Is a directory"]
+            [f"{out / 'checkpoint.pt'}: is a directory, not a file"]
     raise AssertionError(case)
 
 
@@ -845,6 +845,7 @@ def test_a_name_over_255_bytes_is_one_line_not_a_traceback(tmp_path, tiny_model,
     long = tmp_path / ("x" * 300)
     espnet_set = tmp_path / "espnet_set"
     for name, line in (("raw_hypotheses/1best_recog/text", "u1 AND GOD SAW\n"),
+                       ("raw_hypotheses/1best_recog/score", "u1 -1.0\n"),
                        ("references/ref_wer.trn", "and god saw (spk-u1)\n")):
         (espnet_set / name).parent.mkdir(parents=True, exist_ok=True)
         (espnet_set / name).write_text(line)

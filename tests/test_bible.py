@@ -22,7 +22,7 @@ def fake_bible(tmp_path, lines: list) -> str:
 def test_a_missing_or_wrong_bible_command_is_one_input_error(tmp_path):
     with pytest.raises(InputError, match="no-such-bible: not found; install Debian's bible-kjv"):
         read_bible(str(tmp_path / "no-such-bible"))
-    with pytest.raises(InputError, match=r"line 2: unexpected line 'Genesis'"):
+    with pytest.raises(InputError, match=r"`:2: unexpected line 'Genesis'"):
         read_bible(fake_bible(tmp_path, ["Gen1:1 In the beginning God created the heaven and the earth.", "Genesis"]))
     with pytest.raises(InputError, match="only 1 verses, expected ~31102"):
         read_bible(fake_bible(tmp_path, ["1Sm3:10 And the LORD came, and stood."]))

@@ -219,6 +219,8 @@ def good_argv(command, d, tsv, ref, model, out):
         "slm-zero-shot": ["--data", d / "reviews.tsv", "--labels", "0=negative,1=positive", "--pattern",
                           "{text} is {label}.", "--model", model, "--out", out / "pred.tsv", "--no-progress"],
         "slm-data": ["get", "blimp", "--dir", out / "data", "--mirror", MIRROR, "--no-progress"],
+        "slm-mwer-train": ["--model", model, "--train", tsv, "--train-ref", ref, "--updates", "1", "--lambda", "0.5",
+                           "--held-out", "0", "--out", out / "mwer", "--no-progress"],
     }[command]
 
 

@@ -911,7 +911,7 @@ def test_data_prep_names_file_and_line(tmp_path):
     chapter.mkdir(parents=True)
     (chapter / "19-198.trans.txt").write_text("19-198-0000 HELLO\n19-198-0001 WORLD\n")
     (chapter / "19-198-0000.flac").write_bytes(_flac_bytes())
-    with pytest.raises(InputError, match=r"19-198.trans.txt, line 2: audio .*19-198-0001.flac is missing"):
+    with pytest.raises(InputError, match=r"19-198.trans.txt:2: audio .*19-198-0001.flac is missing"):
         read_subset(tmp_path / "dev-clean")
     (chapter / "19-198.trans.txt").write_text("19-198-0000\n")
     with pytest.raises(InputError, match="line 1: expected 'UTTID TEXT'"):
@@ -924,7 +924,7 @@ def test_read_partial_drops_only_a_torn_last_line(tmp_path, capsys):
     assert list(decode_nbest.read_partial(p)) == ["a"]
     assert "incomplete record" in capsys.readouterr().err
     p.write_text('{"uttid": "a", "hy\n{"uttid": "b", "hyps": []}\n')
-    with pytest.raises(InputError, match="line 1: not a JSON record"):
+    with pytest.raises(InputError, match="partial.jsonl:1: not a JSON record"):
         decode_nbest.read_partial(p)
 
 

@@ -61,7 +61,7 @@ LOCAL_SCRIPTS = sorted((ROOT / "local").rglob("*.py"))
 @pytest.mark.parametrize("path", LOCAL_SCRIPTS, ids=[str(p.relative_to(ROOT)) for p in LOCAL_SCRIPTS])
 def test_a_script_answers_help(path):
     proc = subprocess.run([sys.executable, str(path), "--help"], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and re.search(rf"^usage: \S*{path.name} ", proc.stdout, re.M), proc.stderr[-2000:]
+    assert proc.returncode == 0 and re.search(rf"^usage: \S*({path.name}|{path.stem}) ", proc.stdout, re.M), proc.stderr[-2000:]
 
 
 def test_every_named_script_path_exists():

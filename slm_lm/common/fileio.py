@@ -271,6 +271,8 @@ def check_readable(path) -> None:
         info = os.stat(path)
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError(f"{path}: is a directory, not a file")
     if not stat.S_ISREG(info.st_mode):
         raise InputError(f"{path}: not a regular file (a FIFO, device or socket); the weights must be a file")
     if not os.access(path, os.R_OK):

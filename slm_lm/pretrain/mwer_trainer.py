@@ -28,7 +28,6 @@ from slm_lm.common.outputs import check_output_dir, finish_interrupted, staged_o
 from slm_lm.common.progress import progress_bar
 from slm_lm.model import directory as model_dir
 from slm_lm.model.precision import autocast
-from slm_lm.pretrain.corpus import batches
 from slm_lm.pretrain.mwer import mixed_loss, mwer_per_utterance
 from slm_lm.pretrain.schedule import learning_rate
 from slm_lm.pretrain.trainer import rng_states, set_rng_states
@@ -90,6 +89,32 @@ class Utterance:
     ref: list
     ref_words: int
     texts: list
+
+
+def batches(lengths: list, max_tokens: int, rng: random.Random, pool: int = 100):
+    """Index lists of utterances of similar cost; each batch holds at most `max_tokens` tokens.
+
+    The order is shuffled, then sorted by length inside pools of about `pool` batches, and the
+    batches are shuffled: every sentence is used once per pass.
+    """
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    mean = max(1, sum(lengths) // max(1, len(lengths)))
+    chunk = max(1, pool * max_tokens // mean)
+    out = []
+    for start in range(0, len(order), chunk):
+        part = sorted(order[start : start + chunk], key=lambda i: lengths[i])
+        batch = []
+        for i in part:  # ascending lengths: the newest sentence is the longest
+            if batch and (len(batch) + 1) * lengths[i] > max_tokens:
+                out.append(batch)
+                batch = []
+            batch.append(i)
+        if batch:
+            out.append(batch)
+    rng.shuffle(out)
+    return out
+
 
 
 def speaker_of(uttid: str) -> str:
