@@ -914,7 +914,7 @@ def test_data_prep_names_file_and_line(tmp_path):
     with pytest.raises(InputError, match=r"19-198.trans.txt:2: audio .*19-198-0001.flac is missing"):
         read_subset(tmp_path / "dev-clean")
     (chapter / "19-198.trans.txt").write_text("19-198-0000\n")
-    with pytest.raises(InputError, match="line 1: expected 'UTTID TEXT'"):
+    with pytest.raises(InputError, match="19-198.trans.txt:1: expected 'UTTID TEXT'"):
         read_subset(tmp_path / "dev-clean")
 
 
