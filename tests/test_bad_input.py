@@ -1489,6 +1489,25 @@ def test_train_bpe_vocabulary_too_large_is_one_line(tmp_path):
                  "slm-train-bpe", f"{tmp_path / 'text.txt'}: sentencepiece training failed", "Vocabulary size")
 
 
+def test_train_bpe_removes_what_a_killed_run_left_and_not_a_live_runs(tmp_path):
+    import fcntl
+
+    (tmp_path / "text.txt").write_text(TEXT * 30)
+    out = tmp_path / "b"
+    killed, live, theirs = out / ".bpe.k1ll3d_0", out / ".bpe.l1ve_run", out / ".bpe.mine"
+    for folder in (killed, live, theirs):
+        folder.mkdir(parents=True)
+        (folder / "bpe.model").write_bytes(b"half written")
+    held = os.open(live, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)  # as a run still training holds its own
+    try:
+        result = cli("train_bpe", "--text", tmp_path / "text.txt", "--vocab-size", "30", "--out", out)
+    finally:
+        os.close(held)
+    assert result.returncode == 0, result.stderr
+    assert sorted(os.listdir(out)) == [".bpe.l1ve_run", ".bpe.mine", "bpe.model", "tokens.txt"]
+
+
 def test_score_wer_names_the_reference_line_of_an_empty_reference(tmp_path):
     data, decode = tmp_path / "data", tmp_path / "decode"
     (decode / "1best_recog").mkdir(parents=True)

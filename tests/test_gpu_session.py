@@ -240,6 +240,24 @@ def test_without_a_gpu_or_its_data_it_stops_with_one_line(corpus, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("theirs", ["summary.md", "models.tar.00", "session.log"])
+def test_results_replace_only_an_earlier_sessions(gpu_session, corpus, tmp_path, theirs):
+    data, out = tmp_path / "data", tmp_path / "out"
+    data.mkdir()
+    for name in gpu_session.DATA_FILES:
+        (data / name).write_bytes((corpus / name).read_bytes() if (corpus / name).is_file() else b"")
+    out.mkdir()
+    (out / theirs).write_text("a user's own file\n")
+    refused = run("run", "--dry-run", "--data", data, "--out", out, "--run-dir", tmp_path / "run")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith(f"gpu_session: error: {out / theirs}: not written by gpu_session")
+    assert (out / theirs).read_text() == "a user's own file\n" and sorted(os.listdir(out)) == [theirs]
+    (out / "session.log").write_text(gpu_session.LOG_HEADER + "an earlier run's output\n")
+    args = gpu_session.parse_args(["run", "--dry-run", "--data", str(data), "--out", str(out),
+                                   "--run-dir", str(tmp_path / "run")])
+    assert gpu_session.check_inputs(args) == "cpu (dry run)"
+
+
 def test_a_stage_past_its_limit_is_stopped_and_reported(gpu_session, tmp_path):
     args = gpu_session.parse_args(["run", "--dry-run", "--data", str(tmp_path), "--out", str(tmp_path / "out"),
                                    "--run-dir", str(tmp_path / "run")])

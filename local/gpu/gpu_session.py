@@ -69,6 +69,8 @@ KINDS = ("slm", "clm")  # trained one after the other, for the same minutes
 SHAPE = dict(n_layers=6, d_model=384, n_heads=6, d_ff=1536, max_positions=256)
 MIB = 2**20
 MADE = "gpu_session.json"  # marks a folder gpu_session made (it may rewrite that one only)
+RESULT_FILES = ("summary.md", "summary.json", "session.log", "curves.tsv")  # and models.tar.NN, in --out
+LOG_HEADER = "gpu_session: session log\n"  # session.log's first line: --out holds an earlier run's results
 BACK_FILES, BACK_FILE_MIB, BACK_MIB = 8, 16, 64  # what comes back from a GPU machine
 MISSING_ON_THE_GPU = ("espnet", "espnet2", "jiwer", "kaldiio")  # not installed there: the dry run hides them
 
@@ -263,14 +265,25 @@ def check_inputs(args) -> str:
         fail("gpu_session", f"--out {args.out} is the data directory; give another folder")
     if Path(args.out) in Path(args.run_dir).parents or args.out == args.run_dir:
         fail("gpu_session", f"--run-dir {args.run_dir} is inside --out {args.out}: only the results may be there")
-    for option, folder in (("--out", args.out), ("--run-dir", args.run_dir)):
-        check_output_dir(option, folder, (), (), PROG)
+    out = Path(args.out)
+    names = [*RESULT_FILES, *(sorted(p.name for p in out.glob("models.tar.*")) if out.is_dir() else ())]
+    check_output_dir("--out", out, names, names if written_by_a_session(out) else (), PROG)
+    check_output_dir("--run-dir", args.run_dir, (), (), PROG)
     if args.dry_run:
         return "cpu (dry run)"
     if not torch.cuda.is_available():
         fail("gpu_session", f"no CUDA device: torch {torch.__version__} (CUDA {torch.version.cuda}) sees none; "
              "--dry-run rehearses the session on CPU")
     return torch.cuda.get_device_name(0)
+
+
+def written_by_a_session(out: Path) -> bool:
+    """True when `out` holds the session log an earlier run began (it may then rewrite the results there)."""
+    log = out / "session.log"
+    if not log.is_file():
+        return False
+    with open(log, "rb") as handle:
+        return handle.read(len(LOG_HEADER)) == LOG_HEADER.encode()
 
 
 def training_minutes(seconds_left: float, cap: float, start: float, least: float) -> float:
@@ -289,6 +302,8 @@ class Session:
         self.out.mkdir(parents=True, exist_ok=True)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.log = open(self.out / "session.log", "a", encoding="utf-8")
+        if self.log.tell() == 0:
+            self.log.write(LOG_HEADER)
         self.stages = {}
         path = [str(ROOT), os.environ.get("PYTHONPATH", "")]
         if args.dry_run:  # the GPU machine has no ESPnet, jiwer or kaldiio: none of the stages may need them
@@ -501,7 +516,7 @@ class Session:
                 tar.addfile(member, io.BytesIO(table))
         data, size = buffer.getvalue(), int(self.args.part_mib * MIB)
         parts = [data[i : i + size] for i in range(0, len(data), size)]
-        room = BACK_FILES - 4  # summary.md, summary.json, session.log, curves.tsv
+        room = BACK_FILES - len(RESULT_FILES)
         if len(parts) > room:
             raise ValueError(f"the models' tar ({len(data) / MIB:.1f} MiB) needs {len(parts)} parts of "
                              f"{self.args.part_mib} MiB; at most {room} come back")

@@ -10,6 +10,7 @@ import glob
 import gzip
 import os
 import re
+import shutil
 import socket
 import stat
 import sys
@@ -95,6 +96,35 @@ def atomic_open(path, mode: str = "w"):
             raise
         finally:
             os.close(held)
+
+
+@contextmanager
+def scratch_directory(parent, prefix: str):
+    """A temporary directory `parent`/`prefix`XXXXXXXX for the block, deleted after it. It is locked while in
+    use, so that a later call deletes those that killed runs left (a live run's lock ends with its process)."""
+    parent = Path(parent)
+    for stale in parent.glob(f"{glob.escape(prefix)}*"):
+        if not (_SCRATCH.fullmatch(stale.name[len(prefix):]) and stale.is_dir() and not stale.is_symlink()):
+            continue
+        fd = os.open(stale, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            shutil.rmtree(stale)
+        except OSError:  # its run is alive, or it went away
+            pass
+        finally:
+            os.close(fd)
+    scratch = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
+    fd = os.open(scratch, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        os.close(fd)
+
+
+_SCRATCH = re.compile(r"[a-z0-9_]{8}")  # what tempfile.mkdtemp adds to the prefix
 
 
 def write_atomic(path, data) -> None:

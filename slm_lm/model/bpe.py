@@ -9,13 +9,12 @@ ESPnet's name `bpe.model` whatever the model type (asr.sh: `bpe_unigram5000/bpe.
 """
 
 import re
-import tempfile
 from pathlib import Path
 
 import sentencepiece as spm
 
 from slm_lm.common.errors import InputError, os_problem
-from slm_lm.common.fileio import new_directory, read_text_lines, why_not
+from slm_lm.common.fileio import new_directory, read_text_lines, scratch_directory, why_not
 from slm_lm.common.outputs import check_no_overlap, check_output_dir
 from slm_lm.model.tokenizer import BLANK, MASK, SOS_EOS, UNK, Tokenizer
 
@@ -72,8 +71,8 @@ def _train(text: Path, out_dir: Path, vocab_size: int, input_sentence_size: int,
            num_threads: int, model_type: str) -> Tokenizer:
     """Train in a temporary directory inside `out_dir`, then write bpe.model + tokens.txt there."""
     spm.set_random_generator_seed(seed)
-    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".bpe.") as tmp:
-        prefix = Path(tmp) / "bpe"
+    with scratch_directory(out_dir, ".bpe.") as tmp:
+        prefix = tmp / "bpe"
         try:
             spm.SentencePieceTrainer.train(
                 input=str(text), model_prefix=str(prefix), vocab_size=vocab_size, model_type=model_type,
