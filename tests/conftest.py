@@ -40,10 +40,29 @@ def pytest_configure(config):
         raise pytest.UsageError(f"--device {name}: torch sees no CUDA device")
 
 
+# `--dist loadgroup` (local/run_tests.sh) gives a worker a test module at a time (its module-scoped fixtures are
+# made once), but the tests of SPLIT go one by one to whichever worker is free, those that share a costly
+# fixture in an xdist_group of their own; the longest of these work units, FIRST (group or test names), start
+# first, so that no long one is left for the end.
+SPLIT = ("test_recipe.py", "test_espnet_stock.py", "test_gpu_session.py", "test_compare.py")
+FIRST = ("recipe_micro", "test_dry_run_trains_both_models_and_everything_would_come_back",
+         "test_docs_asr_sh_commands_run_as_written", "test_compare_lms_runs_end_to_end_on_tiny_inputs")
+
+
+def xdist_group(item) -> str:
+    mark = item.get_closest_marker("xdist_group")
+    return mark.args[0] if mark else ""
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items):
     for item in items:
         if "device" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.device)
+        if item.path.name not in SPLIT and not xdist_group(item):
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(xdist_group(item), rank.get(item.originalname, len(FIRST))))
 
 
 @pytest.fixture(scope="session")
