@@ -46,7 +46,8 @@ def pytest_configure(config):
 # first, so that no long one is left for the end.
 SPLIT = ("test_recipe.py", "test_espnet_stock.py", "test_gpu_session.py", "test_compare.py")
 FIRST = ("recipe_micro", "test_dry_run_trains_both_models_and_everything_would_come_back",
-         "test_docs_asr_sh_commands_run_as_written", "test_compare_lms_runs_end_to_end_on_tiny_inputs")
+         "test_docs_asr_sh_commands_run_as_written", "test_compare_lms_runs_end_to_end_on_tiny_inputs",
+         "import_orders")
 
 
 def xdist_group(item) -> str:
