@@ -7,5 +7,5 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/local/setup_env.sh"
 cd "$root"
-exec "$root/.venv/bin/python" -m pytest -q -n logical --maxprocesses 8 --dist loadgroup --no-loadscope-reorder \
+exec "$root/.venv/bin/python" -m pytest -q -n logical --maxprocesses 8 --dist loadscope --no-loadscope-reorder \
     --durations=30 "$@"

@@ -115,7 +115,8 @@ for line in sys.stdin:
 
 @pytest.fixture(scope="module")
 def forker(installed, tmp_path_factory):
-    """run(code) -> (exit status, stderr) of `code` in a child of FORKER."""
+    """run(code) -> (exit status, stderr) of `code` in a child of FORKER (its tests are one work unit of the test
+    workers: tests/conftest.py, GROUPS)."""
     cwd = tmp_path_factory.mktemp("forker")
     env = {"PATH": f"{installed.parent}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": os.environ.get("HOME", "/tmp")}
     proc = subprocess.Popen([str(installed), "-c", FORKER, *IMPORT_ORDER], cwd=cwd, env=env, text=True,
@@ -134,7 +135,6 @@ def forker(installed, tmp_path_factory):
     proc.wait(timeout=60)
 
 
-@pytest.mark.xdist_group("import_orders")  # one worker, one FORKER (tests/conftest.py)
 @pytest.mark.parametrize("first", IMPORT_ORDER)
 def test_any_import_order_registers_the_kinds(forker, first):
     """In a fresh child of the installed environment's interpreter (FORKER), `first` and then the other modules

@@ -48,13 +48,10 @@ def run_recipe(*args, check=True, timeout=900, env=None):
 # The whole recipe on micro data
 
 
-# the tests of the micro run and of the Slurm cluster: on one worker, which makes each once (tests/conftest.py)
-MICRO = pytest.mark.xdist_group("recipe_micro")
-
-
 @pytest.fixture(scope="module")
 def micro(tmp_path_factory):
-    """Run all stages 0-8 once with --micro true (a few minutes on 2 cores)."""
+    """Run all stages 0-8 once with --micro true (a few minutes on 2 cores). Its tests and the Slurm cluster's
+    are one work unit of the test workers (tests/conftest.py, GROUPS)."""
     work = tmp_path_factory.mktemp("micro")
     proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work))
     return work, proc
@@ -68,7 +65,6 @@ def decode_dir_of(work, tag="decode_asr_micro_asr_model_valid.acc.ave"):
 RESCORE_SLM = "decode_asr_micro_asr_model_valid.acc.ave_rescore_lm_train_lm_slm_mini_en_bpe100"
 
 
-@MICRO
 def test_micro_all_stages(micro):
     work, proc = micro
     for n in range(9):
@@ -150,7 +146,6 @@ def test_micro_all_stages(micro):
     assert "RESULTS" in proc.stdout  # the table is printed at the end
 
 
-@MICRO
 def test_killed_decode_resumes(micro):
     """A decode killed mid-way resumes from its partial results and redoes nothing finished."""
     work, _ = micro
@@ -170,7 +165,6 @@ def test_killed_decode_resumes(micro):
     assert "incomplete record of an interrupted run" in (s / "logdir" / "decode.1.log").read_text()
 
 
-@MICRO
 def test_stages_rerun_and_reuse_by_what_they_make(micro):
     """ESPnet semantics: every selected stage runs; identical finished work is reused, a new LM kind
     is trained and rescored (the old recipe printed 'already done' and kept the old table)."""
@@ -205,7 +199,6 @@ def test_decoding_dirs_are_named_as_espnet_names_them(tmp_path, options, tag):
     assert f"asr_train_asr_mini_raw_en_bpe100/{tag}/dev_clean/.done is missing: run stage 6 first" in proc.stderr
 
 
-@MICRO
 def test_resources_never_redo_a_finished_training(micro):
     """Only --ngpu, --nj and the thread count differ: the stats and both trainings are reused, and nothing
     is renamed (the old recipe moved the finished experiments to .old.<time> and trained them again)."""
@@ -216,7 +209,6 @@ def test_resources_never_redo_a_finished_training(micro):
     assert not list(work.rglob("*.old.*"))
 
 
-@MICRO
 def test_training_options_name_the_experiment_and_a_finished_one_is_kept(micro):
     """--lm_train_args is part of the LM experiment's name (ESPnet's args tag), so a variant needs its own
     training; a finished training whose work changed (here its recorded command) stops the run, kept as
@@ -305,7 +297,6 @@ JOB_INFO = ("sh -c 'echo partition=$(printenv | grep -i ^slurm_job_partition= | 
             "gpus=$CUDA_VISIBLE_DEVICES threads=$OMP_NUM_THREADS'")
 
 
-@MICRO
 def test_real_slurm_takes_the_options_the_launchers_pass(tmp_path, slurm):
     """Every option cmd.sh's launchers pass reaches a real sbatch (Slurm 22.05 here), which accepts it and runs
     the job: through conf/slurm.conf (CPU jobs in partition cpu, GPU jobs in partition gpu with --gres) and
@@ -332,7 +323,6 @@ def test_real_slurm_takes_the_options_the_launchers_pass(tmp_path, slurm):
     assert proc.returncode != 0 and "Node count specification invalid" in proc.stderr
 
 
-@MICRO
 def test_real_slurm_failed_task_is_named_and_a_rerun_submits_only_the_missing_tasks(tmp_path, slurm):
     """A job array whose task 2 fails: the launcher fails naming task 2's log; run again (task 2 now
     succeeds), only task 2 is submitted, and a third run submits nothing. Changed input, and a partition sbatch
@@ -361,7 +351,6 @@ def test_real_slurm_failed_task_is_named_and_a_rerun_submits_only_the_missing_ta
         assert f"task {j} of x did not start: {tmp_path}/log/x.{j}.log was not written" in proc.stderr
 
 
-@MICRO
 def test_rescoring_am_score_defaults_to_the_decoding_weights(micro, tmp_path):
     """Without --am_weights, stage 7 weighs decoder and CTC scores as the decode config did (ctc_weight c:
     decoder=1-c,ctc=c); an explicit --am_weights wins."""
@@ -379,7 +368,6 @@ def test_rescoring_am_score_defaults_to_the_decoding_weights(micro, tmp_path):
         assert f"--am-weights\n{expected}\n" in done.read_text()
 
 
-@MICRO
 def test_stage5_fine_tunes_a_shipped_lm(micro, tmp_path):
     """--lm_init slm=slm-books (the mini default): stage 5 starts ESPnet's training from the shipped weights
     with their own tokenizer, and stage 7 rescores with the result; a malformed --lm_init is refused."""
@@ -494,7 +482,6 @@ def test_slurm_conf_routes_jobs_and_threads_follow_cpus(tmp_path, fake_slurm):
     assert proc.returncode == 1 and "--colour blue: no rule for it in conf/slurm.conf" in proc.stderr
 
 
-@MICRO
 def test_gpu_stages_request_gpus_through_the_launcher(micro, tmp_path, fake_slurm):
     """With --cmd_backend slurm --ngpu 2, ASR and LM training ask for 2 GPUs, decoding and LM scoring
     (--gpu_inference true) for 1 GPU per array task of nj shards (the fake cluster refuses GPUs: each run
@@ -544,7 +531,6 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 600) -> None:
         time.sleep(0.2)
 
 
-@MICRO
 def test_sharded_equals_unsharded_through_a_real_slurm(micro, slurm):
     """The decoding and LM scoring stages through a real Slurm (job arrays of 3 shards, tests/slurm_cluster.py):
     a failed task fails the stage naming its log; scancel of a running stage stops it with nothing
@@ -955,7 +941,6 @@ def test_cmd_backends_are_valid_shell():
 
 
 
-@MICRO
 def test_profile_asr_step_times_dtypes_and_names_operators(micro, tmp_path):
     """local/profile_asr_step.py on the micro experiment: a median per dtype against float32, then the
     profiler's operator table; a missing data dir is one error line, status 2."""
