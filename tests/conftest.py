@@ -40,10 +40,52 @@ def pytest_configure(config):
         raise pytest.UsageError(f"--device {name}: torch sees no CUDA device")
 
 
+# The work units of the xdist workers (local/run_tests.sh): a test module, whose module-scoped fixtures are then
+# made once; but the tests of SPLIT go one by one to whichever worker is free, but for those of a group of GROUPS,
+# which share a costly fixture. FIRST (groups or tests) start first, the longest units, so that none is left for
+# the end. (pytest-xdist's xdist_group marks do nothing under pytest 9: its nodeids no longer carry the group.)
+SPLIT = ("test_recipe.py", "test_espnet_stock.py", "test_gpu_session.py", "test_compare.py")
+GROUPS = {
+    "recipe_micro": (  # the micro run and the Slurm cluster
+        "test_micro_all_stages", "test_killed_decode_resumes", "test_stages_rerun_and_reuse_by_what_they_make",
+        "test_resources_never_redo_a_finished_training",
+        "test_training_options_name_the_experiment_and_a_finished_one_is_kept",
+        "test_real_slurm_takes_the_options_the_launchers_pass",
+        "test_real_slurm_failed_task_is_named_and_a_rerun_submits_only_the_missing_tasks",
+        "test_rescoring_am_score_defaults_to_the_decoding_weights", "test_stage5_fine_tunes_a_shipped_lm",
+        "test_gpu_stages_request_gpus_through_the_launcher", "test_sharded_equals_unsharded_through_a_real_slurm",
+        "test_profile_asr_step_times_dtypes_and_names_operators"),
+    "import_orders": ("test_any_import_order_registers_the_kinds",),  # one forking interpreter
+}
+FIRST = ("recipe_micro", "test_dry_run_trains_both_models_and_everything_would_come_back",
+         "test_docs_asr_sh_commands_run_as_written", "test_compare_lms_runs_end_to_end_on_tiny_inputs",
+         "import_orders")
+
+
+def work_unit(nodeid: str) -> str:
+    """The group, test or module that `nodeid` belongs to."""
+    path, name = nodeid.split("::")[0], nodeid.split("::")[-1].split("[")[0]
+    group = next((group for group, names in GROUPS.items() if name in names), None)
+    return group or (nodeid if Path(path).name in SPLIT else path)
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if "device" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.device)
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(work_unit(item.nodeid), rank.get(item.originalname, len(FIRST))))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's loadscope scheduling of the work units above."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return WorkUnits(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,9 @@ no GPU: it declares 4 GPUs of the generic resource ``gpu`` whose device files ar
 /dev/full and /dev/urandom, so that Slurm schedules ``--gres gpu:N`` jobs (and sets
 CUDA_VISIBLE_DEVICES) while torch, in the job, finds no CUDA device. The node declares 16 CPUs whatever
 the machine has (``SlurmdParameters=config_overrides``), as the recipe asks up to 8 per job.
+
+MinJobAge=0 keeps every finished job's record (a test cluster is short-lived): `sbatch --wait` then asks
+after its job every 2 s, where a larger MinJobAge lets it wait 2, 8, then 32 s between its questions.
 """
 import os
 import shutil
@@ -69,7 +72,7 @@ SlurmdParameters=config_overrides
 ReturnToService=2
 KillWait=5
 EnforcePartLimits=ALL
-MinJobAge=600
+MinJobAge=0
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none

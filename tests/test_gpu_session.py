@@ -63,10 +63,10 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def dev_sets(tmp_path_factory):
-    """Every 200th utterance of both dev sets: a folder with dev_clean/ and dev_other/, and the --dev-sets value."""
+    """Every 400th utterance of both dev sets: a folder with dev_clean/ and dev_other/, and the --dev-sets value."""
     d = tmp_path_factory.mktemp("gpu_dev_sets")
     for name in ("dev_clean", "dev_other"):
-        subset_nbest.main([str(MIRROR / "librispeech_nbest" / name), str(d / name), "--every", "200"])
+        subset_nbest.main([str(MIRROR / "librispeech_nbest" / name), str(d / name), "--every", "400"])
     return d, f"{d / 'dev_clean'},{d / 'dev_other'}"
 
 
@@ -139,7 +139,7 @@ def test_dry_run_trains_both_models_and_everything_would_come_back(gpu_session, 
     data = tmp_path / "data"
     assert run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST, "--dev-sets", dev_sets[1]).returncode == 0
     proc = run("run", "--dry-run", "--data", data, "--out", tmp_path / "out", "--run-dir", tmp_path / "run",
-               "--batch-tokens", 512)
+               "--batch-tokens", 256)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "gpu_session: would travel" in proc.stdout and "gpu_session: comes back: " in proc.stdout
     files = sorted(p.name for p in (tmp_path / "out").iterdir())
@@ -173,7 +173,7 @@ def test_dry_run_trains_both_models_and_everything_would_come_back(gpu_session, 
     assert cards["slm"]["budget_minutes"] == cards["clm"]["budget_minutes"]  # the same training time
     for kind, card in cards.items():
         assert card["kind"] == kind and card["updates"] > 0 and math.isfinite(card["valid_ce"]) and card["finished"]
-        assert card["batch_tokens"] == 512  # --batch-tokens reaches both runs
+        assert card["batch_tokens"] == 256  # --batch-tokens reaches both runs (one row: the cheapest step)
         assert card["parameters"] == cards["slm"]["parameters"] > 10_000_000  # the shape the GPU trains
     curves = (tmp_path / "out" / "curves.tsv").read_text().splitlines()
     assert curves[0].startswith("kind\tminutes\tupdates") and {c.split("\t")[0] for c in curves[1:]} == {"slm", "clm"}

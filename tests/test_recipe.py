@@ -50,7 +50,8 @@ def run_recipe(*args, check=True, timeout=900, env=None):
 
 @pytest.fixture(scope="module")
 def micro(tmp_path_factory):
-    """Run all stages 0-8 once with --micro true (a few minutes on 2 cores)."""
+    """Run all stages 0-8 once with --micro true (a few minutes on 2 cores). Its tests and the Slurm cluster's
+    are one work unit of the test workers (tests/conftest.py, GROUPS)."""
     work = tmp_path_factory.mktemp("micro")
     proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work))
     return work, proc
