@@ -7,3 +7,4 @@ lm_init=""
 bpe_size=100
 asr_fixed_args="--max_epoch 1 --num_iters_per_epoch none --batch_bins 400000 --encoder_conf num_blocks=1 --decoder_conf num_blocks=1"
 lm_fixed_args="--use_tensorboard false --max_epoch 1 --num_iters_per_epoch 10"
+mwer_fixed_args="--updates 2 --batch-tokens 512 --valid-every 1 --lambda 0.5"   # --mwer_utts N: a few updates
