@@ -51,7 +51,7 @@ def run_recipe(*args, check=True, timeout=900, env=None):
 @pytest.fixture(scope="module")
 def micro(tmp_path_factory):
     """Run all stages 0-8 once with --micro true (a few minutes on 2 cores), with the MWER fine-tuning of
-    --mwer_utts 12 (12 more utterances decoded, 2 updates)."""
+    --mwer_utts 6 (6 more utterances decoded, 2 updates)."""
     work = tmp_path_factory.mktemp("micro")
     proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), *MWER)
     return work, proc
@@ -63,7 +63,7 @@ def decode_dir_of(work, tag="decode_asr_micro_asr_model_valid.acc.ave"):
 
 
 RESCORE_SLM = "decode_asr_micro_asr_model_valid.acc.ave_rescore_lm_train_lm_slm_mini_en_bpe100"
-MWER = ("--mwer_utts", "12")
+MWER = ("--mwer_utts", "6")
 
 
 def test_micro_all_stages(micro):
@@ -148,17 +148,17 @@ def test_micro_all_stages(micro):
 
 
 def test_mwer_fine_tunes_the_slm_on_training_lists_and_is_reused(micro):
-    """--mwer_utts 12: stage 6 decodes a draw of 12 training utterances, stage 7 fine-tunes stage 5's slm on their
+    """--mwer_utts 6: stage 6 decodes a draw of 6 training utterances, stage 7 fine-tunes stage 5's slm on their
     lists and rescores dev/test with it, stage 8 adds its row; a re-run reuses all of it."""
     work, _ = micro
     proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), "--stage", "6", "--stop_stage", "8",
                       *MWER, timeout=600)
-    mwer = decode_dir_of(work).parent / (decode_dir_of(work).name + "_mwer12_lm_train_lm_slm_mini_en_bpe100")
-    rescored = mwer.parent / mwer.name.replace("_mwer12_", "_rescore_mwer12_")
-    for d in (decode_dir_of(work) / "train_sub12", mwer, rescored):
+    mwer = decode_dir_of(work).parent / (decode_dir_of(work).name + "_mwer6_lm_train_lm_slm_mini_en_bpe100")
+    rescored = mwer.parent / mwer.name.replace("_mwer6_", "_rescore_mwer6_")
+    for d in (decode_dir_of(work) / "train_sub6", mwer, rescored):
         assert f"{d}: reused" in proc.stdout
     train = (work / "data" / "train" / "text").read_text().splitlines()
-    assert set((work / "data" / "train_sub12" / "text").read_text().splitlines()) <= set(train)
+    assert set((work / "data" / "train_sub6" / "text").read_text().splitlines()) <= set(train)
     card = json.loads((mwer / "model" / "training.json").read_text())
     assert card["training"].startswith("discriminative") and card["budget_updates"] == 2
     assert [line.split("\t")[0] for line in (mwer / "curve.tsv").read_text().splitlines()] == ["updates", "0", "1", "2"]
