@@ -6,8 +6,9 @@
 #   1 Kaldi-style data directories      2 BPE / token list (ASR and LMs share it, except a fine-tuned LM)
 #   3 LM text, dev/test decontaminated  4 ASR training (ESPnet Conformer, collect-stats pass first)
 #   5 LM training (SLM; CLM/MLM/Bi-LM with --lm_kinds; mini: fine-tuned from the shipped slm-books)
-#   6 N-best decoding (Speech2Text, beam 10)
-#   7 LM scoring + rescoring, lambda tuned on dev        8 RESULTS.md (WER and CER: baseline, rescored, oracle)
+#   6 N-best decoding (Speech2Text, beam 10; --mwer_utts N: also N training utterances)
+#   7 LM scoring + rescoring, lambda tuned on dev (--mwer_utts N: first the slm's MWER fine-tuning on their lists)
+#   8 RESULTS.md (WER and CER: baseline, rescored, oracle)
 #   9 pack (only when asked, --stage 9 --stop_stage 9): ESPnet's espnet2.bin.pack zip of the ASR model and the LMs
 # As in ESPnet, every stage from --stage to --stop_stage runs. What a stage makes lives in a directory
 # named by what made it (ESPnet's tags: exp/asr_<asr config>_raw_en_bpe<N>, exp/lm_<lm config>_en_bpe<N>,
