@@ -54,9 +54,11 @@ GROUPS = {
         "test_real_slurm_failed_task_is_named_and_a_rerun_submits_only_the_missing_tasks",
         "test_rescoring_am_score_defaults_to_the_decoding_weights", "test_stage5_fine_tunes_a_shipped_lm",
         "test_gpu_stages_request_gpus_through_the_launcher", "test_sharded_equals_unsharded_through_a_real_slurm",
-        "test_profile_asr_step_times_dtypes_and_names_operators"),
+        "test_profile_asr_step_times_dtypes_and_names_operators",
+        "test_mwer_fine_tunes_the_slm_on_training_lists_and_is_reused"),
     "import_orders": ("test_any_import_order_registers_the_kinds",),  # one forking interpreter
 }
+SHARED = {"micro": "recipe_micro", "slurm": "recipe_micro", "forker": "import_orders"}  # costly module fixtures
 FIRST = ("recipe_micro", "test_dry_run_trains_both_models_and_everything_would_come_back",
          "test_docs_asr_sh_commands_run_as_written", "test_compare_lms_runs_end_to_end_on_tiny_inputs",
          "import_orders")
@@ -73,6 +75,10 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "device" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.device)
+        for fixture in set(getattr(item, "fixturenames", ())) & SHARED.keys():
+            if Path(item.nodeid.split("::")[0]).name in SPLIT and work_unit(item.nodeid) != SHARED[fixture]:
+                raise pytest.UsageError(f"{item.nodeid} uses the fixture {fixture}: list it in tests/conftest.py "
+                                        f"GROUPS[{SHARED[fixture]!r}], or the fixture is made twice")
     rank = {name: i for i, name in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(work_unit(item.nodeid), rank.get(item.originalname, len(FIRST))))
 

@@ -50,10 +50,11 @@ def run_recipe(*args, check=True, timeout=900, env=None):
 
 @pytest.fixture(scope="module")
 def micro(tmp_path_factory):
-    """Run all stages 0-8 once with --micro true (a few minutes on 2 cores). Its tests and the Slurm cluster's
-    are one work unit of the test workers (tests/conftest.py, GROUPS)."""
+    """Run all stages 0-8 once with --micro true (a few minutes on 2 cores), with the MWER fine-tuning of
+    --mwer_utts 6 (6 more utterances decoded, 2 updates). Its tests and the Slurm cluster's are one work unit of
+    the test workers (tests/conftest.py, GROUPS)."""
     work = tmp_path_factory.mktemp("micro")
-    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work))
+    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), *MWER)
     return work, proc
 
 
@@ -63,6 +64,7 @@ def decode_dir_of(work, tag="decode_asr_micro_asr_model_valid.acc.ave"):
 
 
 RESCORE_SLM = "decode_asr_micro_asr_model_valid.acc.ave_rescore_lm_train_lm_slm_mini_en_bpe100"
+MWER = ("--mwer_utts", "6")
 
 
 def test_micro_all_stages(micro):
@@ -144,6 +146,26 @@ def test_micro_all_stages(micro):
     assert float(gains["test_clean + test_other"][3]) == pytest.approx(pooled, abs=0.006)
     assert all(0 <= float(row[7]) <= 1 for row in gains.values())  # P(rescored better)
     assert "RESULTS" in proc.stdout  # the table is printed at the end
+
+
+def test_mwer_fine_tunes_the_slm_on_training_lists_and_is_reused(micro):
+    """--mwer_utts 6: stage 6 decodes a draw of 6 training utterances, stage 7 fine-tunes stage 5's slm on their
+    lists and rescores dev/test with it, stage 8 adds its row; a re-run reuses all of it."""
+    work, _ = micro
+    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), "--stage", "6", "--stop_stage", "8",
+                      *MWER, timeout=600)
+    mwer = decode_dir_of(work).parent / (decode_dir_of(work).name + "_mwer6_lm_train_lm_slm_mini_en_bpe100")
+    rescored = mwer.parent / mwer.name.replace("_mwer6_", "_rescore_mwer6_")
+    for d in (decode_dir_of(work) / "train_sub6", mwer, rescored):
+        assert f"{d}: reused" in proc.stdout
+    train = (work / "data" / "train" / "text").read_text().splitlines()
+    assert set((work / "data" / "train_sub6" / "text").read_text().splitlines()) <= set(train)
+    card = json.loads((mwer / "model" / "training.json").read_text())
+    assert card["training"].startswith("discriminative") and card["budget_updates"] == 2
+    assert [line.split("\t")[0] for line in (mwer / "curve.tsv").read_text().splitlines()] == ["updates", "0", "1", "2"]
+    assert Scorer.from_pretrained(mwer / "model").kind == "slm"  # the best of them: an ordinary model dir
+    results = (work / "RESULTS.md").read_text()
+    assert "|rescored, slm|rescored, slm-mwer|" in results and "|test_clean|slm-mwer|" in results
 
 
 def test_killed_decode_resumes(micro):
@@ -626,6 +648,7 @@ def test_python_option_names_the_environment(tmp_path):
     (["--stop_stage", "8b"], "run.sh: error: --stop_stage '8b': not a stage number (0-9)"),
     (["--stage", ""], "run.sh: error: --stage '': not a stage number (0-9)"),
     (["--stage", "9"], "run.sh: error: --stage 9 --stop_stage 8: no stage to run (stage > stop_stage)"),
+    (["--mwer_utts", "ten"], "run.sh: error: --mwer_utts 'ten': not a number of utterances"),
 ])
 def test_stage_range_is_checked_before_any_work(tmp_path, args, message):
     """An unparseable --stage/--stop_stage, or an empty range, stops the run in one line with status 2 before

@@ -48,7 +48,7 @@ keep_trained() {
     die "$1 holds a training finished by other work (its config or data changed):" \
         "$(diff <(done_work "$1") <(echo "$2") | grep '^[<>]' | head -n 4 | tr '\n' ' ')" \
         "-- it is kept as it is: train the new one under another name (e.g. an extra option in" \
-        "--asr_train_args/--lm_train_args, or another config file name), or delete $1/.done to continue it"
+        "--asr_train_args/--lm_train_args/--mwer_args, or another config file name), or delete $1/.done to continue it"
 }
 # redo DIR: results (not a training) made by other work are remade: DIR is emptied first, so that
 # no shard of the other work is resumed

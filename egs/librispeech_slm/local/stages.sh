@@ -6,8 +6,9 @@
 #   1 Kaldi-style data directories      2 BPE / token list (ASR and LMs share it, except a fine-tuned LM)
 #   3 LM text, dev/test decontaminated  4 ASR training (ESPnet Conformer, collect-stats pass first)
 #   5 LM training (SLM; CLM/MLM/Bi-LM with --lm_kinds; mini: fine-tuned from the shipped slm-books)
-#   6 N-best decoding (Speech2Text, beam 10)
-#   7 LM scoring + rescoring, lambda tuned on dev        8 RESULTS.md (WER and CER: baseline, rescored, oracle)
+#   6 N-best decoding (Speech2Text, beam 10; --mwer_utts N: also N training utterances)
+#   7 LM scoring + rescoring, lambda tuned on dev (--mwer_utts N: first the slm's MWER fine-tuning on their lists)
+#   8 RESULTS.md (WER and CER: baseline, rescored, oracle)
 #   9 pack (only when asked, --stage 9 --stop_stage 9): ESPnet's espnet2.bin.pack zip of the ASR model and the LMs
 # As in ESPnet, every stage from --stage to --stop_stage runs. What a stage makes lives in a directory
 # named by what made it (ESPnet's tags: exp/asr_<asr config>_raw_en_bpe<N>, exp/lm_<lm config>_en_bpe<N>,
@@ -34,6 +35,10 @@ inference_tag=         # decoding directory name (default: <decode config>_asr_m
 inference_asr_model=valid.acc.ave.pth  # the ASR checkpoint that decodes (e.g. valid.acc.best.pth, 10epoch.pth)
 asr_train_args=        # extra options for espnet2.bin.asr_train (e.g. "--max_epoch 1"); part of the exp name
 lm_train_args=         # extra options for slm_lm.bin.lm_train; part of the LM exp names (ESPnet's args tag)
+mwer_utts=0            # N > 0: stage 6 also decodes N training utterances (a seeded draw, data/train_sub<N>),
+                       # stage 7 fine-tunes stage 5's slm on their 10-best lists for minimum WER (slm-mwer-train,
+                       # docs/mwer.md) and rescores dev/test with it, stage 8 adds its row (slm-mwer)
+mwer_args=             # extra slm-mwer-train options (e.g. "--epochs 2"); part of its exp name (args tag)
 fusion_lm=             # e.g. clm: decode with that stage-5 LM fused in the beam (weight: lm_weight of
                        # --decode_config, e.g. conf/decode_asr_lm.yaml); bidirectional kinds are refused
 train_threads=         # CPU threads of a training job, local backend (default: --nj); on Slurm a job's
@@ -78,6 +83,8 @@ help_message="Usage: $0 [options]
                              package is installed; without it they run with --use_tensorboard false
                              (a log line says so); the mini's trainings keep it off
   --speed_perturb_factors '0.9 1.0 1.1'  --inference_tag NAME  --workdir DIR  --asr_train_args '...'  --lm_train_args '...'
+  --mwer_utts N  --mwer_args '...'  MWER fine-tuning of stage 5's slm on the 10-best lists of N training
+                             utterances (stages 6-8; 0: none, the default); README, docs/mwer.md
   --fusion_lm clm            decode with stage 5's clm fused in the beam (shallow fusion; its weight:
                              lm_weight of --decode_config, e.g. conf/decode_asr_lm.yaml)
   --ngpu N                   GPUs per training job (DDP, --multiprocessing_distributed true)
@@ -109,10 +116,14 @@ args=("$@")
 . ./local/parse_options.sh
 case "${stage}" in ""|*[!0-9]*) echo "$0: error: --stage '${stage}': not a stage number (0-9)" >&2; exit 2 ;; esac
 case "${stop_stage}" in ""|*[!0-9]*) echo "$0: error: --stop_stage '${stop_stage}': not a stage number (0-9)" >&2; exit 2 ;; esac
+case "${mwer_utts}" in
+    ""|*[!0-9]*) echo "$0: error: --mwer_utts '${mwer_utts}': not a number of utterances" >&2; exit 2 ;;
+esac
 if [ "${stage}" -gt "${stop_stage}" ]; then
     echo "$0: error: --stage ${stage} --stop_stage ${stop_stage}: no stage to run (stage > stop_stage)" >&2; exit 2
 fi
-corpus_sizes=""; asr_text_shape=text_shape.bpe; asr_fixed_args=""; lm_fixed_args=""   # the settings' files set them
+# the settings' files set these
+corpus_sizes=""; asr_text_shape=text_shape.bpe; asr_fixed_args=""; lm_fixed_args=""; mwer_fixed_args=""
 if [ "${mini}" = true ]; then . conf/mini.sh; fi
 if [ "${micro}" = true ] && [ "${mini}" = true ]; then . conf/micro.sh; fi
 . ./local/parse_options.sh "${args[@]}"
@@ -144,6 +155,9 @@ lm_start() { local pair; for pair in ${lm_init}; do [ "${pair%%=*}" = "$1" ] && 
 if [ -n "${fusion_lm}" ] && [ -n "$(lm_start "${fusion_lm}")" ]; then
     die "--fusion_lm ${fusion_lm}: shallow fusion needs the LM on the ASR's token list, but --lm_init fine-tunes it" \
         "from $(lm_start "${fusion_lm}") with that model's tokenizer; add --lm_init '' to train it from scratch"
+fi
+if [ "${mwer_utts}" -gt 0 ] && [[ " ${lm_kinds} " != *" slm "* ]]; then
+    die "--mwer_utts ${mwer_utts}: the MWER fine-tuning starts from stage 5's slm; add slm to --lm_kinds"
 fi
 case "${bpemode}" in unigram|bpe) ;; *) die "--bpemode ${bpemode}: unigram or bpe" ;; esac
 case "${max_wav_duration}" in none) ;; *[!0-9.]*|"") die "--max_wav_duration ${max_wav_duration}: seconds, or none" ;; esac
@@ -203,11 +217,22 @@ print(*sorted(d.glob("model.*")) + sorted(d.glob("*.pth")), sep="\n")' "$1"
 : "${inference_tag:=$(basename "${decode_config}" .yaml)${fusion_lm:+_lm_$(basename "$(lm_exp "${fusion_lm}")")_valid.loss.ave}\
 _asr_model_$(echo "${inference_asr_model%.*}" | tr / _)}"
 decode_dir="${asr_exp}/${inference_tag}"                  # <set>/<k>best_recog, <set>/score_wer
-rescore_dir() { echo "${decode_dir}_rescore_$(basename "$(lm_exp "$1")")"; }   # one per LM
+# the LMs that rescore (stage 7), by their names in RESULTS.md: --lm_kinds, then slm-mwer with --mwer_utts;
+# rescorer_model NAME: its model dir, rescorer_done NAME: the .done of its training, rescore_dir NAME: its results
+rescorers="${lm_kinds}"; if [ "${mwer_utts}" -gt 0 ]; then rescorers+=" slm-mwer"; fi
+rescorer_model() { if [ "$1" = slm-mwer ]; then echo "${mwer_exp}/model"; else lm_exp "$1"; fi; }
+rescorer_done() { if [ "$1" = slm-mwer ]; then echo "${mwer_exp}/.done"; else echo "$(lm_exp "$1")/.done"; fi; }
+rescore_dir() { if [ "$1" = slm-mwer ]; then echo "${decode_dir}_rescore_${mwer_tag}"
+                else echo "${decode_dir}_rescore_$(basename "$(lm_exp "$1")")"; fi; }
+# --mwer_utts N: the training utterances that stage 6 decodes, the slm's MWER fine-tuning on their lists (stage 7)
+mwer_set="train_sub${mwer_utts}"
+mwer_tag="mwer${mwer_utts}_$(basename "$(lm_exp slm)")$(args_tag "${mwer_args}")"
+mwer_exp="${decode_dir}_${mwer_tag}"                      # slm-mwer-train's --out: model/, curve.tsv, train.log
 under() { echo "$1" | tr '-' '_'; }
 join_sets() { local out="" s; for s in "$@"; do out+="${out:+,}$s"; done; echo "${out}"; }
 eval_sets=""; for p in ${dev_parts} ${test_parts}; do eval_sets+=" $(under "${p}")"; done
 test_sets=""; for p in ${test_parts}; do test_sets+=" $(under "${p}")"; done
+decode_sets="${eval_sets}"; if [ "${mwer_utts}" -gt 0 ]; then decode_sets+=" ${mwer_set}"; fi
 if [ "${gpu_inference}" = true ]; then
     device=cuda; infer_cmd="${cuda_cmd} --gpu 1"       # one GPU per decoding / scoring job
 else
@@ -419,7 +444,11 @@ if run_stage 6 decode; then
         need 5 "$(lm_exp "${fusion_lm}")/valid.loss.ave.pth"
         fusion=(--lm-config "$(lm_exp "${fusion_lm}")/config.yaml" --lm-file "$(lm_exp "${fusion_lm}")/valid.loss.ave.pth")
     fi
-    for s in ${eval_sets}; do
+    if [ "${mwer_utts}" -gt 0 ]; then   # the same draw each time: its decoding is reused
+        need 1 "${data}/train/wav.scp"
+        python local/subset_data_dir.py --utts "${mwer_utts}" --seed 0 "${data}/train" "${data}/${mwer_set}"
+    fi
+    for s in ${decode_sets}; do
         need 1 "${data}/${s}/wav.scp"
         dir="${decode_dir}/${s}"; logdir="${dir}/logdir"
         decode=(python local/decode_nbest.py --asr-config "${asr_exp}/config.yaml"
@@ -450,15 +479,33 @@ if run_stage 7 rescore; then
         devs+=("${decode_dir}/${s}"); dev_refs+=("${data}/${s}/text"); keys+=("${data}/${s}/wav.scp"); done
     for p in ${test_parts}; do s=$(under "${p}"); need 6 "${decode_dir}/${s}/.done"
         tests+=("${decode_dir}/${s}"); test_refs+=("${data}/${s}/text"); keys+=("${data}/${s}/wav.scp"); done
-    for kind in ${lm_kinds}; do
-        lm_dir="$(lm_exp "${kind}")"
-        need 5 "${lm_dir}/.done"
+    if [ "${mwer_utts}" -gt 0 ]; then
+        # MWER: stage 5's slm fine-tuned on the training utterances' lists (lambda and early stopping on its
+        # held-out speakers), as a training: resumed when killed, never replaced; then it rescores as the LMs do
+        need 6 "${decode_dir}/${mwer_set}/.done"
+        need 5 "$(lm_exp slm)/.done"
+        mwer=(python -m slm_lm.bin.mwer_train --model "$(lm_exp slm)" --train "${decode_dir}/${mwer_set}"
+              --train-ref "${data}/${mwer_set}/text" --nbest 10 --am-weights "${am_weights}"
+              --lambda-range "${lambda_range}" --out "${mwer_exp}" ${mwer_fixed_args} ${mwer_args})
+        desc=$(work "${mwer[@]}" "$(lm_exp slm)/.done" "${decode_dir}/${mwer_set}/.done")
+        if ! reuse "${mwer_exp}" "${desc}"; then
+            keep_trained "${mwer_exp}" "${desc}"
+            mkdir -p "${mwer_exp}"
+            OMP_NUM_THREADS="${train_threads:-${nj}}" ${cuda_cmd} --gpu "${ngpu}" "${mwer_exp}/train.log" "${mwer[@]}" \
+                --device "$([ "${ngpu}" -gt 0 ] && echo cuda || echo cpu)" --no-progress
+            finished "${mwer_exp}" "${desc}" "${mwer_exp}/model/training.json" "${mwer_exp}/curve.tsv"
+        fi
+        log "${mwer_exp}: $(grep '^stopped' "${mwer_exp}/train.log" | tail -n 1)"
+    fi
+    for kind in ${rescorers}; do
+        lm_dir="$(rescorer_model "${kind}")"
+        need 5 "$(rescorer_done "${kind}")"
         out="$(rescore_dir "${kind}")"; logdir="${out}/logdir"
         rescore=(python -m slm_lm.bin.rescore
             --dev "$(join_sets "${devs[@]}")" --dev-ref "$(join_sets "${dev_refs[@]}")"
             --test "$(join_sets "${tests[@]}")" --test-ref "$(join_sets "${test_refs[@]}")"
             --lm "${lm_dir}" --nbest 10 --am-weights "${am_weights}" --lambda-range "${lambda_range}")
-        desc=$(work "${rescore[@]}" "${lm_dir}/.done" "${devs[@]/%//.done}" "${tests[@]/%//.done}")
+        desc=$(work "${rescore[@]}" "$(rescorer_done "${kind}")" "${devs[@]/%//.done}" "${tests[@]/%//.done}")
         if ! reuse "${out}" "${desc}"; then
             redo "${out}"
             # LM scores of the N-best hypotheses: nj shards of the utterances, one job (and GPU) each,
@@ -485,9 +532,11 @@ fi
 
 if run_stage 8 results; then
     files=("ASR config=${asr_exp}/config.yaml" "ASR model=${asr_exp}/${inference_asr_model}" "decode config=${decode_config}")
-    rescored=(); for kind in ${lm_kinds}; do
+    rescored=(); for kind in ${rescorers}; do
         need 7 "$(rescore_dir "${kind}")/.done"; rescored+=("${kind}=$(rescore_dir "${kind}")")
-        files+=("${kind} LM config=$(lm_exp "${kind}")/config.yaml" "${kind} LM model=$(lm_checkpoint "$(lm_exp "${kind}")")")
+        if [ "${kind}" = slm-mwer ]; then files+=("slm-mwer LM model=${mwer_exp}/model")
+        else files+=("${kind} LM config=$(lm_exp "${kind}")/config.yaml"
+                     "${kind} LM model=$(lm_checkpoint "$(lm_exp "${kind}")")"); fi
     done
     ${train_cmd} "${stage_log}" python local/make_results.py --decode-dir "${decode_dir}" --data "${data}" \
         --sets "${eval_sets# }" --rescored "${rescored[@]}" --am-weights "${am_weights}" --pool "${test_sets# }" \
