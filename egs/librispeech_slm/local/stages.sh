@@ -50,12 +50,6 @@ cmd_backend=local      # local | slurm (see cmd.sh)
 download_cmd=          # launcher of stage 0's LibriSpeech download (default: here, local/run_local.sh)
 python=                # the Python of every step (ESPnet's --python); default: the active python3 when it
                        # imports espnet and slm_lm's packages, else the repository's .venv (made on first use)
-                       # decoding weights, decoder=1-c,ctc=c with c the ctc_weight of --decode_config)
-lambda_range="0:5:0.1"
-cmd_backend=local      # local | slurm (see cmd.sh)
-download_cmd=          # launcher of stage 0's LibriSpeech download (default: here, local/run_local.sh)
-python=                # the Python of every step (ESPnet's --python); default: the active python3 when it
-                       # imports espnet and slm_lm's packages, else the repository's .venv (made on first use)
 help_message="Usage: $0 [options]
   --stage N --stop_stage N   run stages N..M (0 corpus, 1 data, 2 bpe, 3 lm_text, 4 asr_train,
                              5 lm_train, 6 decode, 7 rescore, 8 results, 9 pack: not by default, as
