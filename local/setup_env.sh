@@ -15,6 +15,8 @@ fi
 echo "setup_env: installing the environment in $venv (first run takes a few minutes)" >&2
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 # Keep the venv's own pip: newer pips reject a dependency of espnet (a direct-URL extra of ci_sdr).
-"$venv/bin/pip" install -q "${pins[@]}"
-"$venv/bin/pip" install -q --no-build-isolation -e "$root[espnet,hf,test]"
+# --no-compile: Python writes a module's bytecode when it is first imported; most of the 17,000 files of torch,
+# ESPnet and transformers never are, and compiling them all at install took about a minute on 2 cores.
+"$venv/bin/pip" install -q --no-compile "${pins[@]}"
+"$venv/bin/pip" install -q --no-compile --no-build-isolation -e "$root[espnet,hf,test]"
 echo "$want" > "$stamp"

@@ -5,10 +5,14 @@ run as the stock ESPnet modules with asr.sh's options, in asr.sh's directory lay
 It takes only the asr.sh options the docs use; any other option or stage stops it (exit 2), so a command in
 the docs that it cannot run exactly fails the test that runs the docs. What differs from a LibriSpeech run
 is size only: CPU (`--ngpu 0`), one job per stage (`--nj 1 --inference_nj 1`), two test sets, and the training
-shortened by `SHORTEN_LM_TRAINING`.
+shortened by `SHORTEN_LM_TRAINING`. With FORK_SERVER in the environment (a socket of `tests/fork_server.py`), the
+stock modules run in children of that server instead of fresh interpreters.
 """
 import argparse
+import json
+import os
 import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +25,7 @@ INFERENCE_CONFIG, INFERENCE_LM, INFERENCE_ASR_MODEL = "conf/decode_asr.yaml", "v
 DATA = "dump/raw"
 SHORTEN_LM_TRAINING = ["--max_epoch", "1", "--num_iters_per_epoch", "2", "--batch_bins", "256"]
 STAGES = {6, 7, 8, 12}
+FORK_SERVER = "ASR_SH_FORK_SERVER"
 
 
 def tag_of_args(args: str, keep_slash: bool) -> str:
@@ -29,9 +34,21 @@ def tag_of_args(args: str, keep_slash: bool) -> str:
     return "".join(c for c in args.replace("--", "_") if c not in drop)
 
 
-def run(*command: str) -> None:
-    print("+", shlex.join(command), flush=True)
-    subprocess.run(command, check=True)
+def forked(server: str, argv: list, fds=(0, 1, 2)) -> int:
+    """`python ARGV` run by the fork server at `server` with `fds` as its standard streams: its exit status."""
+    with socket.socket(socket.AF_UNIX) as connection:
+        connection.connect(server)
+        socket.send_fds(connection, [json.dumps({"argv": argv, "cwd": os.getcwd()}).encode()], list(fds))
+        return int(connection.makefile().readline())
+
+
+def run(python: str, *args: str) -> None:
+    print("+", shlex.join([python, *args]), flush=True)
+    server = os.environ.get(FORK_SERVER)
+    if server is None:
+        subprocess.run([python, *args], check=True)
+    elif status := forked(server, list(args)):
+        raise subprocess.CalledProcessError(status, [python, *args])
 
 
 def split_scp(key_file: Path, parts: list) -> None:

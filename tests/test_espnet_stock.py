@@ -5,18 +5,20 @@ virtual environment whose other packages are this test environment's (no tensorb
 runs in that environment with no PYTHONPATH, exactly as ESPnet's `asr.sh` runs it. The docs' asr.sh command
 block runs there as it is written, with `tests/asr_sh.py` standing in for asr.sh's LM and decoding stages.
 """
+import contextlib
 import gzip
-import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
 
+from asr_sh import FORK_SERVER, forked
 from test_espnet_lm import OLD_EXPERIMENT, REPO, data  # noqa: F401 (fixture)
 from test_espnet_tools import UTTERANCES, asr_exp  # noqa: F401 (fixture)
 
@@ -39,11 +41,15 @@ def test_editable_install_ships_the_hook(tmp_path):
     assert pths[-1] == "slm_lm_espnet_hook.pth" and len(pths) == 2, names
 
 
+def installed_env(python: Path, **env) -> dict:
+    """The environment of the installed environment's commands (no PYTHONPATH unless `env` gives one)."""
+    return {"PATH": f"{python.parent}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": os.environ.get("HOME", "/tmp"),
+            **env}
+
+
 def start(python: Path, *args, cwd: Path, **env) -> subprocess.CompletedProcess:
     """A command of the installed environment, without PYTHONPATH unless `env` gives one."""
-    env = {"PATH": f"{python.parent}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": os.environ.get("HOME", "/tmp"),
-           **env}
-    return subprocess.run([str(python), *args], cwd=cwd, env=env, capture_output=True, text=True)
+    return subprocess.run([str(python), *args], cwd=cwd, env=installed_env(python, **env), capture_output=True, text=True)
 
 
 def run(python: Path, *args, cwd: Path, **env):
@@ -80,59 +86,34 @@ IMPORT_ORDER = ["slm_lm.espnet_lm.registry", "slm_lm.espnet_lm.task", "slm_lm.es
                 "espnet2.tasks.lm", "espnet2.bin.lm_train", "espnet2.bin.asr_inference"]
 
 
-# An interpreter of the installed environment that imports what importing IMPORT_ORDER imports (a first child lists
-# it) but no module of slm_lm or ESPnet, then forks a child per line of stdin (JSON [code, stderr file]) and prints
-# its exit status: each child imports slm_lm and ESPnet as a fresh interpreter would, without paying again for
-# torch, transformers and the rest, two thirds of a fresh start.
-FORKER = """
-import importlib, json, os, subprocess, sys, traceback
-listing = "import importlib, sys\\nfor name in sys.argv[1:]:\\n    importlib.import_module(name)\\nprint(*sys.modules)"
-ours = ("slm_lm", "espnet", "espnet2")
-for name in subprocess.run([sys.executable, "-c", listing, *sys.argv[1:]], capture_output=True, text=True,
-                           check=True).stdout.split():
-    if name.split(".")[0] not in ours:
+@contextlib.contextmanager
+def fork_server(python: Path, modules: list, env: dict):
+    """The socket of a `tests/fork_server.py` run by `python` with `env`, which has imported what importing
+    `modules` imports but slm_lm and ESPnet (two thirds of a fresh start, not paid again by its commands)."""
+    with tempfile.TemporaryDirectory() as folder:  # short: a socket's path has at most 107 bytes
+        path = os.path.join(folder, "socket")
+        proc = subprocess.Popen([str(python), str(REPO / "tests" / "fork_server.py"), path, *modules], cwd=folder,
+                                env=env, stdout=subprocess.PIPE, text=True)
         try:
-            importlib.import_module(name)
-        except Exception:  # a module that imports only in its importer's context: the child imports it then
-            pass
-assert not [name for name in sys.modules if name.split(".")[0] in ours]
-for line in sys.stdin:
-    code, stderr = json.loads(line)
-    pid = os.fork()
-    if pid == 0:
-        os.dup2(os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
-        status = 0
-        try:
-            exec(code, {"__name__": "__main__"})
-        except BaseException:
-            traceback.print_exc()
-            status = 1
-        sys.stderr.flush()
-        os._exit(status)
-    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
-"""
+            assert proc.stdout.readline() == "ready\n", f"the fork server did not start (rc={proc.wait()})"
+            yield path
+        finally:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture(scope="module")
 def forker(installed, tmp_path_factory):
-    """run(code) -> (exit status, stderr) of `code` in a child of FORKER (its tests are one work unit of the test
-    workers: tests/conftest.py, GROUPS)."""
-    cwd = tmp_path_factory.mktemp("forker")
-    env = {"PATH": f"{installed.parent}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": os.environ.get("HOME", "/tmp")}
-    proc = subprocess.Popen([str(installed), "-c", FORKER, *IMPORT_ORDER], cwd=cwd, env=env, text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    """run(code) -> (exit status, stderr) of `python -c code` in a child of a fork server of the installed
+    environment (its tests are one work unit of the test workers: tests/conftest.py, GROUPS)."""
+    with fork_server(installed, IMPORT_ORDER, installed_env(installed)) as server:
+        def run(code: str) -> tuple:
+            stderr = tmp_path_factory.mktemp("child") / "stderr"
+            with open(os.devnull, "r+") as null, open(stderr, "w") as err:
+                status = forked(server, ["-c", code], fds=(null.fileno(), null.fileno(), err.fileno()))
+            return status, stderr.read_text()
 
-    def run(code: str) -> tuple:
-        stderr = tmp_path_factory.mktemp("child") / "stderr"
-        proc.stdin.write(json.dumps([code, str(stderr)]) + "\n")
-        proc.stdin.flush()
-        status = proc.stdout.readline()
-        assert status, f"the forking interpreter ended (rc={proc.wait()})"
-        return int(status), stderr.read_text()
-
-    yield run
-    proc.stdin.close()
-    proc.wait(timeout=60)
+        yield run
 
 
 @pytest.mark.parametrize("first", IMPORT_ORDER)
@@ -267,18 +248,25 @@ def asr_sh_experiment(root: Path, asr_exp: Path, data) -> Path:  # noqa: F811
     return recipe
 
 
+ASR_SH_MODULES = ["espnet2.bin.lm_train", "espnet2.bin.aggregate_stats_dirs", "espnet2.bin.lm_calc_perplexity",
+                  "espnet2.bin.asr_inference"]  # what tests/asr_sh.py runs
+
+
 def test_docs_asr_sh_commands_run_as_written(installed, asr_exp, data, tmp_path):  # noqa: F811
     """The docs' asr.sh command block, run as it is written (`/path/to/slm_lm` this checkout) by bash in the
-    installed environment, with `tests/asr_sh.py` as asr.sh: the clm and the slm train in stock
+    installed environment, with `tests/asr_sh.py` as asr.sh (its stock modules run by a fork server of that
+    environment, `tests/fork_server.py`, each importing slm_lm and ESPnet afresh): the clm and the slm train in stock
     `lm_train` on asr.sh's token list (the slm with `<mask>`, the list our `slm_lm.bin.lm_train` records),
     stock decoding fuses the clm, and the 10-best lists get their AM scores and are rescored. The clm's
-    training (its command with stage 7 only) run again finds it finished (`--resume true`)."""
+    training (its command with stage 7 only) run again, in a fresh interpreter, finds it finished (`--resume
+    true`)."""
     recipe = asr_sh_experiment(tmp_path, asr_exp, data)
     script = docs_asr_sh_block().replace("/path/to/slm_lm", str(REPO))
     (tmp_path / "commands.sh").write_text("set -eu\n" + script)
-    env = {"PATH": f"{installed.parent}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": os.environ.get("HOME", "/tmp")}
-    result = subprocess.run(["bash", str(tmp_path / "commands.sh")], cwd=tmp_path, env=env, capture_output=True,
-                            text=True)
+    env = installed_env(installed)
+    with fork_server(installed, ASR_SH_MODULES, env) as server:
+        result = subprocess.run(["bash", str(tmp_path / "commands.sh")], cwd=tmp_path, env={**env, FORK_SERVER: server},
+                                capture_output=True, text=True)
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
 
     exp = recipe / "exp"
