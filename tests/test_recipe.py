@@ -54,7 +54,8 @@ def micro(tmp_path_factory):
     --mwer_utts 6 (6 more utterances decoded, 2 updates). Its tests and the Slurm cluster's are one work unit of
     the test workers (tests/conftest.py, GROUPS)."""
     work = tmp_path_factory.mktemp("micro")
-    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), *MWER)
+    # the timeout stops a hung run, not a slow one: about 5 minutes on 2 quiet cores, over 15 at load 7
+    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), *MWER, timeout=3600)
     return work, proc
 
 
