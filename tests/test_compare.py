@@ -100,8 +100,9 @@ def test_compare_lms_runs_end_to_end_on_tiny_inputs(tmp_path):
     books.mkdir()
     for name in ("pg2150.txt.gz", "pg2147.txt.gz"):
         (books / name).symlink_to(MIRROR / "text" / "gutenberg" / name)
-    env = dict(os.environ, SLM_LM_DATA=str(MIRROR), BOOKS=str(books), BPE_SIZE="300", VALID_EVERY="50", TRAIN_EVERY="1", VALID_LINES="20",
-               NBEST_EVERY="300", BLIMP_LIMIT="2", LM_TRAIN_ARGS="--max_epoch 1 --num_iters_per_epoch 3")
+    env = dict(os.environ, SLM_LM_DATA=str(MIRROR), BOOKS=str(books), BPE_SIZE="1000", VALID_EVERY="50",
+               TRAIN_EVERY="1", VALID_LINES="5", NBEST_EVERY="300", BLIMP_LIMIT="2",
+               LM_TRAIN_ARGS="--max_epoch 1 --num_iters_per_epoch 3 --num_att_plot 0")
     out = tmp_path / "compare"
     run = subprocess.run(["bash", str(ANALYSES / "compare_lms.sh"), str(out)], env=env,
                          capture_output=True, text=True)

@@ -137,10 +137,14 @@ def test_a_failed_prepare_leaves_no_half_made_data_folder(corpus, dev_sets, tmp_
 
 
 def test_dry_run_trains_both_models_and_everything_would_come_back(gpu_session, corpus, dev_sets, tmp_path):
+    few = tmp_path / "few_dev_sets"  # 2 utterances of each set: the track stage and this test score fewer texts
+    for name in ("dev_clean", "dev_other"):
+        subset_nbest.main([str(dev_sets[0] / name), str(few / name), "--every", "4"])
     data = tmp_path / "data"
-    assert run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST, "--dev-sets", dev_sets[1]).returncode == 0
+    assert run("prepare", "--corpus", corpus, "--data", data, "--nbest", NBEST, "--dev-sets",
+               f"{few / 'dev_clean'},{few / 'dev_other'}").returncode == 0
     proc = run("run", "--dry-run", "--data", data, "--out", tmp_path / "out", "--run-dir", tmp_path / "run",
-               "--batch-tokens", 256)
+               "--batch-tokens", 256, "--train-minutes", 0.05)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "gpu_session: would travel" in proc.stdout and "gpu_session: comes back: " in proc.stdout
     files = sorted(p.name for p in (tmp_path / "out").iterdir())
@@ -197,22 +201,22 @@ def test_dry_run_trains_both_models_and_everything_would_come_back(gpu_session, 
         assert last == pytest.approx(scorer.score(texts), abs=1e-3)
     assert stages["pack"]["parts"] == parts
 
-    evaluated = run("--returned", tmp_path / "back", "--nbest", dev_sets[0], "--out", tmp_path / "track",
+    evaluated = run("--returned", tmp_path / "back", "--nbest", few, "--out", tmp_path / "track",
                     script=TRACK_WER)
     assert evaluated.returncode == 0, evaluated.stdout + evaluated.stderr
     table = (tmp_path / "track" / "track.md").read_text().splitlines()
     assert [line.split(" | ")[0].strip("| ") for line in table[2:]] == ["AM only", "score:lm (first pass)",
                                                                          *(n.split("-")[0] for n in names)]
     assert all(float(cell.split()[0]) >= 0 for line in table[2:] for cell in line.strip("|").split(" | ")[4:6])
-    missing = run("--returned", tmp_path / "back", "--nbest", MIRROR / "librispeech_nbest", "--out",
+    missing = run("--returned", tmp_path / "back", "--nbest", dev_sets[0], "--out",
                   tmp_path / "track_full", script=TRACK_WER)  # texts the track stage did not score
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
     assert "track_scores.tsv.xz has no score of" in missing.stderr
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert summary.startswith("# GPU session (DRY RUN on CPU)") and "| slm |" in summary and "MFU" in summary
     assert "## trained models" in summary and summary.count(" | True |") == 2
-    window = summary.split("## window: ok")[1].split("##")[0].strip().splitlines()[2:]  # the shape for 0.1 minutes
-    assert window[0].startswith("0.1 training minutes") and [line.split(" | ")[0] for line in window[3:]] == ["| slm",
+    window = summary.split("## window: ok")[1].split("##")[0].strip().splitlines()[2:]  # the shape for 0.05 minutes
+    assert window[0].startswith("0.05 training minutes") and [line.split(" | ")[0] for line in window[3:]] == ["| slm",
                                                                                                           "| clm"]
 
 

@@ -103,7 +103,7 @@ PLANS = {
                  "--threads", "1"],
         rescoring=["--random-init", "slm:tiny", "--random-init", "clm:tiny", "--random-init", "mlm:tiny",
                    "--sample", "5", "--threads", "1"],
-        mfu=["--tokens", "64", "--length", "16", "--steps", "1", "--warmup", "0", "--matmul-size", "256",
+        mfu=["--tokens", "16", "--length", "8", "--steps", "1", "--warmup", "0", "--matmul-size", "256",
              "--threads", "1"],
         attention=["--rows", "6", "--length", "12", "--repeats", "1", "--threads", "1"],
         step=[["--widths", "64", "--tokens", "512"]],
