@@ -223,3 +223,18 @@ def test_no_epochs_evaluates_the_starting_model_with_the_held_out_weights(lists,
     start, kept = Scorer.from_pretrained(lists / "model"), Scorer.from_pretrained(tmp_path / "out" / "model")
     assert kept.score(REFS) == pytest.approx(start.score(REFS), abs=0.05)  # the fp16 export of the same weights
     assert "test (test): AM-only" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("trainable, trained", [("head-bias", lambda name, p: name == "head.bias"),
+                                                ("bitfit", lambda name, p: p.dim() == 1)])
+def test_trainable_changes_only_its_parameters(lists, tmp_path, trainable, trained):
+    """--trainable head-bias trains the output bias alone, bitfit every bias and LayerNorm parameter alone; the
+    rest keeps the starting model's values to the bit, and the card says what was trained."""
+    cli.main(run_args(lists, tmp_path / "out", test=False) + ["--trainable", trainable, "--lr", "1e-2"])
+    start = Scorer.from_pretrained(lists / "model").model.state_dict()
+    final = torch.load(tmp_path / "out" / "checkpoint.pt", weights_only=True)["model"]
+    changed = {name for name, value in final.items() if not torch.equal(value, start[name])}
+    assert changed == {name for name, p in start.items() if trained(name, p)}
+    card = json.loads((tmp_path / "out" / "model" / "training.json").read_text())
+    assert card["trainable"]["parameters"] == trainable
+    assert card["trainable"]["count"] == sum(p.numel() for name, p in start.items() if trained(name, p))

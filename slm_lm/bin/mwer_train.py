@@ -17,6 +17,7 @@ from slm_lm.common.options import Parser, number
 from slm_lm.common.outputs import check_no_overlap
 from slm_lm.model.precision import DTYPE_CHOICES, device_option, resolve_dtype
 from slm_lm.model.tokenizer import UNKNOWN_CHOICES
+from slm_lm.pretrain.mwer_trainer import TRAINABLE
 from slm_lm.rescoring.inputs import comma_list, load_nbest_sets, normalized_sets
 from slm_lm.rescoring.scored_set import parse_am_weights, score_column
 from slm_lm.rescoring.weight_search import parse_range
@@ -47,6 +48,8 @@ def build_parser() -> Parser:
                    help="score scale of the softmax over each N-best (default 1: log-probabilities in nats)")
     p.add_argument("--lm-weight", type=number(float, 0), default=0.5,
                    help="weight of the LM's own loss per token on the references (default 0.5; 0: MWER only)")
+    p.add_argument("--trainable", default="all", choices=TRAINABLE,
+                   help="what is trained: " + "; ".join(f"{k}: {v}" for k, v in TRAINABLE.items()) + " (default all)")
     p.add_argument("--lr", type=number(float, above=0), default=3e-5, help="peak learning rate (default 3e-5)")
     p.add_argument("--warmup", type=number(float, 0, 1), default=0.1, help="share of the updates for the linear "
                    "warm-up, then linear decay to 0 (default 0.1)")
@@ -110,7 +113,7 @@ def main(argv=None) -> None:
             warmup=args.warmup, epochs=args.epochs, updates=args.updates, batch_tokens=args.batch_tokens,
             held_out=args.held_out, valid_every=args.valid_every, patience=args.patience,
             lambda_grid=parse_range(args.lambda_range, "--lambda-range"), seed=args.seed, device=args.device,
-            dtype=dtype)
+            dtype=dtype, trainable=args.trainable)
         train = load_nbest_sets(comma_list(args.train), comma_list(args.train_ref), "--train", args.nbest)
         test = load_nbest_sets(comma_list(args.test), comma_list(args.test_ref), "--test", args.nbest)
         if not args.no_normalize:

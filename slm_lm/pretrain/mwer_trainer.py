@@ -41,6 +41,9 @@ CHECKPOINT_FILE, CURVE_FILE, MODEL_DIR = "checkpoint.pt", "curve.tsv", "model"
 RESCORE_DIR, CACHE_DIR = "rescore", "lm_cache"
 CURVE_HEADER = "updates\ttrain_mwer\ttrain_ce\theldout_mwer\theldout_wer\theldout_lambda\theldout_wer_at_loss_lambda\n"
 ONE_PASS_KINDS = ("slm", "clm", "bilm", "tta")  # an MLM needs one pass per token for a sentence's score
+TRAINABLE = {"all": "every parameter",
+             "bitfit": "the biases and LayerNorm parameters only (BitFit, Ben Zaken et al. 2022)",
+             "head-bias": "the output layer's bias only: a per-token (unigram) correction of the LM's scores"}
 
 
 @dataclass
@@ -69,6 +72,7 @@ class MwerSettings:
     seed: int = 0
     device: str = "cpu"
     dtype: str = "float32"
+    trainable: str = "all"  # one of TRAINABLE
 
     def identity(self) -> dict:
         """What a checkpoint must share with the run that resumes it (all but where it runs)."""
@@ -179,6 +183,21 @@ def held_out_speakers(utterances: list[Utterance], share: float, seed: int) -> s
     return chosen
 
 
+def trainable_parameters(model: torch.nn.Module, which: str) -> list:
+    """The parameters of `model` that `which` (a key of TRAINABLE) trains; the others stop taking gradients."""
+    chosen = {"all": lambda name, p: True,
+              "bitfit": lambda name, p: p.dim() == 1,
+              "head-bias": lambda name, p: name == "head.bias"}[which]
+    trained = []
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(chosen(name, parameter))
+        if parameter.requires_grad:
+            trained.append(parameter)
+    if not trained:
+        raise InputError(f"--trainable {which}: the model has no such parameters")
+    return trained
+
+
 def padded(rows: list, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens [R, T], lengths [R]) of token-id rows, right-padded with `pad_id`."""
     lengths = torch.tensor([len(r) for r in rows])
@@ -221,13 +240,14 @@ class MwerRun:
         self.costs = [len(u.hyps) * max(len(h) for h in u.hyps) for u in self.train]
         per_epoch = len(batches(self.costs, s.batch_tokens, random.Random(0)))
         self.total_updates = s.updates or math.ceil(s.epochs * per_epoch)  # 0: the starting model, evaluated
-        decay = [p for p in self.model.parameters() if p.dim() >= 2]
-        rest = [p for p in self.model.parameters() if p.dim() < 2]
+        trained = trainable_parameters(self.model, s.trainable)
+        decay = [p for p in trained if p.dim() >= 2]
+        rest = [p for p in trained if p.dim() < 2]
         self.optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
                                             {"params": rest, "weight_decay": 0.0}], lr=s.lr)
-        self.card = self.new_card(s, held, per_epoch)
+        self.card = self.new_card(s, held, per_epoch, trained)
 
-    def new_card(self, s: MwerSettings, held, per_epoch) -> dict:
+    def new_card(self, s: MwerSettings, held, per_epoch, trained: list) -> dict:
         """The settings part of the model card (training.json); `validate` adds the progress."""
         start = model_dir.resolve(s.model) / model_dir.TRAINING_FILE
         card = {"kind": self.model.config.kind, "parameters": sum(p.numel() for p in self.model.parameters()),
@@ -243,6 +263,8 @@ class MwerRun:
                 "train_utterances": len(self.train), "train_hypotheses": sum(len(u.hyps) for u in self.train),
                 "held_out": {"share": s.held_out, "speakers": len(held), "utterances": len(self.heldout),
                              "rule": "speaker = utterance id up to its first '-', a seeded draw"},
+                "trainable": {"parameters": s.trainable, "count": sum(p.numel() for p in trained),
+                              "rule": TRAINABLE[s.trainable]},
                 "lr": s.lr, "warmup": s.warmup, "batch_tokens": s.batch_tokens, "updates_per_epoch": per_epoch,
                 "budget_updates": self.total_updates, "valid_every": s.valid_every, "patience": s.patience,
                 "seed": s.seed, "device": str(self.device), "threads": torch.get_num_threads(), "dtype": s.dtype}
