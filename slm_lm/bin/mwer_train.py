@@ -49,7 +49,7 @@ def build_parser() -> Parser:
     p.add_argument("--lm-weight", type=number(float, 0), default=0.5,
                    help="weight of the LM's own loss per token on the references (default 0.5; 0: MWER only)")
     p.add_argument("--trainable", default="all", choices=TRAINABLE,
-                   help="what is trained: " + "; ".join(f"{k}: {v}" for k, v in TRAINABLE.items()) + " (default all)")
+                   help="what is trained: " + "; ".join(f"{k}: {v[0]}" for k, v in TRAINABLE.items()) + " (default all)")
     p.add_argument("--lr", type=number(float, above=0), default=3e-5, help="peak learning rate (default 3e-5)")
     p.add_argument("--warmup", type=number(float, 0, 1), default=0.1, help="share of the updates for the linear "
                    "warm-up, then linear decay to 0 (default 0.1)")

@@ -41,9 +41,12 @@ CHECKPOINT_FILE, CURVE_FILE, MODEL_DIR = "checkpoint.pt", "curve.tsv", "model"
 RESCORE_DIR, CACHE_DIR = "rescore", "lm_cache"
 CURVE_HEADER = "updates\ttrain_mwer\ttrain_ce\theldout_mwer\theldout_wer\theldout_lambda\theldout_wer_at_loss_lambda\n"
 ONE_PASS_KINDS = ("slm", "clm", "bilm", "tta")  # an MLM needs one pass per token for a sentence's score
-TRAINABLE = {"all": "every parameter",
-             "bitfit": "the biases and LayerNorm parameters only (BitFit, Ben Zaken et al. 2022)",
-             "head-bias": "the output layer's bias only: a per-token (unigram) correction of the LM's scores"}
+# --trainable: what it trains, and which parameters (by name and tensor) that is
+TRAINABLE = {"all": ("every parameter", lambda name, p: True),
+             "bitfit": ("the biases and LayerNorm parameters only (BitFit, Ben Zaken et al. 2022)",
+                        lambda name, p: p.dim() == 1),
+             "head-bias": ("the output layer's bias only: a per-token (unigram) correction of the LM's scores",
+                           lambda name, p: name == "head.bias")}
 
 
 @dataclass
@@ -185,17 +188,10 @@ def held_out_speakers(utterances: list[Utterance], share: float, seed: int) -> s
 
 def trainable_parameters(model: torch.nn.Module, which: str) -> list:
     """The parameters of `model` that `which` (a key of TRAINABLE) trains; the others stop taking gradients."""
-    chosen = {"all": lambda name, p: True,
-              "bitfit": lambda name, p: p.dim() == 1,
-              "head-bias": lambda name, p: name == "head.bias"}[which]
-    trained = []
+    chosen = TRAINABLE[which][1]
     for name, parameter in model.named_parameters():
         parameter.requires_grad_(chosen(name, parameter))
-        if parameter.requires_grad:
-            trained.append(parameter)
-    if not trained:
-        raise InputError(f"--trainable {which}: the model has no such parameters")
-    return trained
+    return [parameter for parameter in model.parameters() if parameter.requires_grad]
 
 
 def padded(rows: list, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -264,7 +260,7 @@ class MwerRun:
                 "held_out": {"share": s.held_out, "speakers": len(held), "utterances": len(self.heldout),
                              "rule": "speaker = utterance id up to its first '-', a seeded draw"},
                 "trainable": {"parameters": s.trainable, "count": sum(p.numel() for p in trained),
-                              "rule": TRAINABLE[s.trainable]},
+                              "rule": TRAINABLE[s.trainable][0]},
                 "lr": s.lr, "warmup": s.warmup, "batch_tokens": s.batch_tokens, "updates_per_epoch": per_epoch,
                 "budget_updates": self.total_updates, "valid_every": s.valid_every, "patience": s.patience,
                 "seed": s.seed, "device": str(self.device), "threads": torch.get_num_threads(), "dtype": s.dtype}
