@@ -25,7 +25,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", required=True, help="an .ids.xz corpus (slm-pretrain encode)")
     p.add_argument("--kind", default="slm", choices=KINDS)
-    p.add_argument("--dtype", default="float32", choices=tuple(DTYPES))
+    p.add_argument("--dtype", default="float32", choices=DTYPES)
     p.add_argument("--vocab", type=int, default=5003, help="vocabulary size (BPE 5000 + specials)")
     p.add_argument("--n-layers", type=int, default=4)
     p.add_argument("--d-model", type=int, default=192)

@@ -3,15 +3,16 @@
 bf16 autocast trains 1.5-1.8x faster than fp32 on a CPU with AMX (BENCHMARKS.md) but about 30x
 slower on one without AVX-512 bf16 instructions, so a script that runs on mixed cluster nodes asks for
 `auto` rather than `bfloat16`.
+
+torch is imported by the functions that make a device or a dtype, not with the module: a command's options and
+input checks run without it (about 2 s of every start).
 """
 import functools
 
-import torch
-
 from slm_lm.common.errors import InputError, fail
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-DTYPE_CHOICES = ("auto",) + tuple(DTYPES)
+DTYPES = ("float32", "bfloat16", "float16")  # names of torch dtypes
+DTYPE_CHOICES = ("auto",) + DTYPES
 NATIVE_BF16_CPU_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
 
 
@@ -30,6 +31,8 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset:
 
 def native_bf16(device) -> bool:
     """Whether `device` computes bf16 natively: a CUDA device that supports it, a CPU with AMX or AVX-512 bf16."""
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
@@ -47,7 +50,9 @@ def resolve_dtype(name: str, device) -> str:
 
 def autocast(device, name: str):
     """`torch.autocast` to the resolved dtype `name` on `device`'s type; a no-op context for float32."""
-    return torch.autocast(torch.device(device).type, dtype=DTYPES[name], enabled=name != "float32")
+    import torch
+
+    return torch.autocast(torch.device(device).type, dtype=getattr(torch, name), enabled=name != "float32")
 
 
 DEVICE_TYPES = ("cpu", "cuda", "mps")
@@ -55,6 +60,10 @@ DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 def check_device(name: str) -> str:
     """`name` when this machine has that device (cpu, cuda[:N], mps); InputError naming the problem otherwise."""
+    if name == "cpu":
+        return name
+    import torch
+
     try:
         device = torch.device(name)
     except (RuntimeError, TypeError):
