@@ -157,6 +157,21 @@ def test_hook_startup_benchmark_installs_and_reports():
         "wall time: median "), result.stdout
 
 
+def test_command_start_benchmark_reports_each_call_and_whether_it_imported_torch():
+    """bench_command_start.py times the calls of this checkout (and of --repo, here the same one) and says which
+    imported torch: none of its calls do (an N-best set that does not exist is reported before any model)."""
+    repo = BENCHMARKS.parents[1]
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "bench_command_start.py"), "--runs", "1",
+                             "--repo", str(repo)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [line.split(" | ") for line in result.stdout.splitlines() if line.startswith("| slm-")]
+    assert [row[0] for row in rows] == ["| slm-rescore --help", "| slm-score --help", "| slm-rescore-mt --help",
+                                        "| slm-pretrain --help", "| slm-rescore, missing N-best set"], result.stdout
+    for row in rows:
+        assert float(row[1]) > 0 and row[3] == "no" and row[6].startswith("no"), row
+    assert [row[2] for row in rows] == ["0", "0", "0", "0", "2"]
+
+
 def test_window_shape_trains_twenty_tokens_a_parameter_unless_the_corpus_binds(tmp_path):
     """window_shape.py: from a measured rate R (model FLOP/s) a window of M minutes trains N = sqrt(R 60 M / 120)
     parameters on 20 N tokens; a corpus too small for that makes the model larger, at its 4 passes; the padded
