@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7, help="calls of each (default 7)")
     args = parser.parse_args()
     repos = [REPO, *([args.repo.resolve()] if args.repo else [])]
-    print(f"load average before: {' '.join(open('/proc/loadavg').read().split()[:3])}; Python "
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; Python "
           f"{sys.version.split()[0]}; median of {args.runs} interleaved calls")
     with tempfile.TemporaryDirectory() as tmp:
         table = calls(Path(tmp))
@@ -62,7 +62,7 @@ def main() -> None:
             for name, call in table.items():
                 for repo in repos:
                     results[name, repo].append(timed(repo, call, Path(tmp)))
-    print(f"load average after: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("| call | " + " | ".join(f"{repo} (s) | exit | torch" for repo in repos) + " |")
     print("|---|" + "---:|---:|---|" * len(repos))
     for name in table:
