@@ -1,6 +1,6 @@
 """A Python that starts ESPnet's and slm_lm's commands in a third of a fresh start, for the tests.
 
-    python fork_server.py SOCKET MODULE...
+    python fork_server.py SOCKET MODULE...          (`started` runs it from a test)
 
 It imports what importing the MODULEs imports (a first child lists it) but no module of slm_lm or ESPnet, then
 listens on the Unix socket SOCKET (and prints `ready`). A client (`tests/asr_sh.py`, `forked`) sends a JSON
@@ -9,6 +9,7 @@ output and error as three file descriptors; a forked child runs the command ther
 slm_lm and ESPnet imported afresh (so their start-up hook runs as in a fresh interpreter), and the server
 answers the child's exit status. torch, transformers and the other third-party modules are not imported again.
 """
+import contextlib
 import importlib
 import json
 import os
@@ -16,6 +17,7 @@ import runpy
 import socket
 import subprocess
 import sys
+import tempfile
 import traceback
 
 OURS = ("slm_lm", "espnet", "espnet2")
@@ -55,6 +57,22 @@ def child(request: dict, fds: list) -> None:
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os._exit(status)
+
+
+@contextlib.contextmanager
+def started(python, modules: list, env: dict):
+    """The socket of this server run by `python` with `env`, which has imported what importing `modules`
+    imports but slm_lm and ESPnet (two thirds of a fresh start, not paid again by its commands)."""
+    with tempfile.TemporaryDirectory() as folder:  # short: a socket's path has at most 107 bytes
+        path = os.path.join(folder, "socket")
+        proc = subprocess.Popen([str(python), os.path.abspath(__file__), path, *modules], cwd=folder, env=env,
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline() == "ready\n", f"the fork server did not start (rc={proc.wait()})"
+            yield path
+        finally:
+            proc.kill()
+            proc.wait()
 
 
 def main() -> None:

@@ -1,11 +1,13 @@
-"""Bad input, second round (issue 32): every case runs the command as a user would (a subprocess) and expects
-exit status 2, one stderr line `<command>: error: <file>[:<line>]: <problem>`, no traceback, and every input
-file as it was."""
+"""Bad input: every case runs the command as a user would (a process of its own, fresh or forked from a server
+that has imported torch and ESPnet's third-party modules) and expects exit status 2, one stderr line
+`<command>: error: <file>[:<line>]: <problem>`, no traceback, and every input file as it was."""
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -13,6 +15,8 @@ import pytest
 import torch
 
 import slm_lm
+from asr_sh import forked
+from fork_server import started
 from slm_lm.model.config import LMConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,15 +25,43 @@ DECODE_NBEST = ROOT / "egs" / "librispeech_slm" / "local" / "decode_nbest.py"
 TEXT = "AND GOD SAW THE LIGHT\nTHE EARTH WAS WITHOUT FORM AND VOID\nIT'S A QUICK BROWN FOX\n"
 
 
+def environment() -> dict:
+    """The commands' environment: this checkout's slm_lm first on the import path."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
 def run(*argv, cwd=None, text=True):
-    """Run a command with this checkout's slm_lm first on the import path (`text=False`: stderr as bytes, with
-    the carriage returns that text mode turns into line ends)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([str(a) for a in argv], capture_output=True, text=text, env=env, cwd=cwd, timeout=600)
+    """Run a command in a fresh interpreter (`text=False`: stderr as bytes, with the carriage returns that text
+    mode turns into line ends)."""
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=text, env=environment(), cwd=cwd,
+                          timeout=600)
 
 
-def cli(module, *args):
-    return run(sys.executable, "-m", f"slm_lm.bin.{module}", *args)
+# The third-party modules that the commands import (torch, ESPnet's), imported once by a fork server: `cli`
+# runs `python -m slm_lm.bin.MODULE` in a child of it, with slm_lm and ESPnet imported afresh.
+SERVER = {"modules": ["torch", "numpy", "sentencepiece", "soundfile", "yaml", "espnet2.bin.asr_inference",
+                      "espnet2.bin.lm_train"]}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fork_server():
+    with started(sys.executable, SERVER["modules"], environment()) as socket_path:
+        SERVER["socket"] = socket_path
+        yield
+        del SERVER["socket"]
+
+
+def cli(module, *args) -> subprocess.CompletedProcess:
+    """`python -m slm_lm.bin.MODULE ARGS` as a child of the fork server, its output as text. (Tests of what a
+    command prints while it starts run it fresh: `run(sys.executable, "-m", ...)`.)"""
+    argv = ["-m", f"slm_lm.bin.{module}", *map(str, args)]
+    with open(os.devnull) as null, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        status = forked(SERVER["socket"], argv, fds=(null.fileno(), out.fileno(), err.fileno()))
+        printed = []
+        for stream in (out, err):
+            stream.seek(0)
+            printed.append(io.TextIOWrapper(stream, newline=None).read())  # as text mode reads a pipe
+    return subprocess.CompletedProcess([sys.executable, *argv], status, *printed)
 
 
 def snapshot(*paths) -> dict:
@@ -996,9 +1028,10 @@ def test_asr_inference_prints_no_warning_of_espnets_import_before_its_error(tmp_
     """ESPnet's import printed torch's FutureWarnings about espnet2's own `torch.cuda.amp.autocast` decorators
     (two warnings of two lines each) before slm_lm.bin.asr_inference's error line."""
     pytest.importorskip("espnet2")
-    result = cli("asr_inference", "--lm_train_config", tmp_path / "none.yaml", "--lm_file", tmp_path / "m.pth",
-                 "--asr_train_config", tmp_path / "a.yaml", "--asr_model_file", tmp_path / "a.pth",
-                 "--output_dir", tmp_path / "out", "--data_path_and_name_and_type", f"{tmp_path / 'wav.scp'},speech,sound")
+    result = run(sys.executable, "-m", "slm_lm.bin.asr_inference", "--lm_train_config", tmp_path / "none.yaml",
+                 "--lm_file", tmp_path / "m.pth", "--asr_train_config", tmp_path / "a.yaml",
+                 "--asr_model_file", tmp_path / "a.pth", "--output_dir", tmp_path / "out",
+                 "--data_path_and_name_and_type", f"{tmp_path / 'wav.scp'},speech,sound")
     expect_error(result, "slm_lm.bin.asr_inference", f"{tmp_path / 'none.yaml'}: cannot read the ESPnet config")
 
 
@@ -1006,8 +1039,9 @@ def test_espnet_tools_print_no_nltk_download_errors(tmp_path):
     """slm_lm.bin.lm_calc_perplexity imports ESPnet before it checks its --train_config: nltk's download
     messages (g2p_en's, at import, with no network) came before the error line."""
     pytest.importorskip("espnet2")
-    result = cli("lm_calc_perplexity", "--train_config", tmp_path / "none.yaml", "--model_file", tmp_path / "m.pth",
-                 "--data_path_and_name_and_type", f"{tmp_path / 'text'},text,text", "--output_dir", tmp_path / "ppl")
+    result = run(sys.executable, "-m", "slm_lm.bin.lm_calc_perplexity", "--train_config", tmp_path / "none.yaml",
+                 "--model_file", tmp_path / "m.pth", "--data_path_and_name_and_type", f"{tmp_path / 'text'},text,text",
+                 "--output_dir", tmp_path / "ppl")
     expect_error(result, "slm_lm.bin.lm_calc_perplexity", f"{tmp_path / 'none.yaml'}: cannot read the ESPnet config")
 
 
@@ -1300,7 +1334,7 @@ def test_am_scores_bad_input_is_one_line(asr_experiment, tmp_path, case):
 
 def test_am_scores_of_a_good_experiment_are_written(asr_experiment, tmp_path):
     argv, _ = am_scores(asr_experiment, tmp_path, "none")
-    result = cli("am_scores", *argv)
+    result = run(sys.executable, "-m", "slm_lm.bin.am_scores", *argv)
     assert result.returncode == 0 and result.stdout == "", result.stdout + result.stderr
     assert all(line.startswith("slm-am-scores ") for line in result.stderr.replace("\r", "\n").split("\n")
                if line.strip()), result.stderr  # its progress bar only (no FutureWarning of ESPnet's code)

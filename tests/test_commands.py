@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import MIRROR
-from test_bad_input import ROOT, TEXT, blimp_record, cli, expect_error, nbest_tsv, run, snapshot, tiny_model  # noqa: F401
+from test_bad_input import (ROOT, TEXT, blimp_record, cli, expect_error, fork_server, nbest_tsv, run,  # noqa: F401
+                            snapshot, tiny_model)
 
 REFS = {"u1": "AND GOD SAW THE LIGHT", "u2": "THE EARTH WAS WITHOUT FORM", "u3": "IT'S A QUICK BROWN FOX"}
 HYPS = {"u1": ["AND GOD SAW THE LIGHT", "AND GOD SAW THE NIGHT"],

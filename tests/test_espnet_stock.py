@@ -5,13 +5,11 @@ virtual environment whose other packages are this test environment's (no tensorb
 runs in that environment with no PYTHONPATH, exactly as ESPnet's `asr.sh` runs it. The docs' asr.sh command
 block runs there as it is written, with `tests/asr_sh.py` standing in for asr.sh's LM and decoding stages.
 """
-import contextlib
 import gzip
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import pytest
 import yaml
 
 from asr_sh import FORK_SERVER, forked
+from fork_server import started as fork_server
 from test_espnet_lm import OLD_EXPERIMENT, REPO, data  # noqa: F401 (fixture)
 from test_espnet_tools import UTTERANCES, asr_exp  # noqa: F401 (fixture)
 
@@ -84,22 +83,6 @@ def test_hook_registers_on_espnet_lm_import_and_costs_nothing_before(installed, 
 IMPORT_ORDER = ["slm_lm.espnet_lm.registry", "slm_lm.espnet_lm.task", "slm_lm.espnet_lm.espnet_model",
                 "slm_lm.espnet_lm.lm", "slm_lm.espnet_lm.checks", "slm_lm.bin.lm_train", "slm_lm.bin.asr_inference",
                 "espnet2.tasks.lm", "espnet2.bin.lm_train", "espnet2.bin.asr_inference"]
-
-
-@contextlib.contextmanager
-def fork_server(python: Path, modules: list, env: dict):
-    """The socket of a `tests/fork_server.py` run by `python` with `env`, which has imported what importing
-    `modules` imports but slm_lm and ESPnet (two thirds of a fresh start, not paid again by its commands)."""
-    with tempfile.TemporaryDirectory() as folder:  # short: a socket's path has at most 107 bytes
-        path = os.path.join(folder, "socket")
-        proc = subprocess.Popen([str(python), str(REPO / "tests" / "fork_server.py"), path, *modules], cwd=folder,
-                                env=env, stdout=subprocess.PIPE, text=True)
-        try:
-            assert proc.stdout.readline() == "ready\n", f"the fork server did not start (rc={proc.wait()})"
-            yield path
-        finally:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")

@@ -150,8 +150,13 @@ fi
 : > "${qdir}/${base}.submitted"  # a task log older than this is from an earlier run
 "${submit[@]}" "${opts[@]}" "${script}" > "${qdir}/${base}.sbatch.out" 2>&1
 rc=$?
+sbatch_rc=${rc}
+if [ ${rc} -eq 0 ] && [ "${array}" = true ]; then
+    # sbatch --wait may end with 0 when scancel stopped tasks that had not started: every task must have its .done
+    for j in "${todo[@]}"; do [ -f "${qdir}/${base}.${j}.done" ] || rc=1; done
+fi
 if [ ${rc} -ne 0 ]; then
-    echo "$0: Slurm job ${name} failed (sbatch rc=${rc}); logs: ${log}, ${qdir}/${base}.*" >&2
+    echo "$0: Slurm job ${name} failed (sbatch rc=${sbatch_rc}); logs: ${log}, ${qdir}/${base}.*" >&2
     for j in "${todo[@]}"; do
         jlog="${log//JOB/${j}}"
         [ -f "${qdir}/${base}.${j}.done" ] && continue
