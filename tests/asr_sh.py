@@ -34,9 +34,11 @@ def tag_of_args(args: str, keep_slash: bool) -> str:
     return "".join(c for c in args.replace("--", "_") if c not in drop)
 
 
-def forked(server: str, argv: list, fds=(0, 1, 2)) -> int:
-    """`python ARGV` run by the fork server at `server` with `fds` as its standard streams: its exit status."""
+def forked(server: str, argv: list, fds=(0, 1, 2), timeout=None) -> int:
+    """`python ARGV` run by the fork server at `server` with `fds` as its standard streams: its exit status
+    (`timeout`: seconds to wait for it, else TimeoutError)."""
     with socket.socket(socket.AF_UNIX) as connection:
+        connection.settimeout(timeout)
         connection.connect(server)
         socket.send_fds(connection, [json.dumps({"argv": argv, "cwd": os.getcwd()}).encode()], list(fds))
         return int(connection.makefile().readline())

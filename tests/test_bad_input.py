@@ -56,7 +56,7 @@ def cli(module, *args) -> subprocess.CompletedProcess:
     command prints while it starts run it fresh: `run(sys.executable, "-m", ...)`.)"""
     argv = ["-m", f"slm_lm.bin.{module}", *map(str, args)]
     with open(os.devnull) as null, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        status = forked(SERVER["socket"], argv, fds=(null.fileno(), out.fileno(), err.fileno()))
+        status = forked(SERVER["socket"], argv, fds=(null.fileno(), out.fileno(), err.fileno()), timeout=600)
         printed = []
         for stream in (out, err):
             stream.seek(0)
