@@ -5,14 +5,10 @@ run as the stock ESPnet modules with asr.sh's options, in asr.sh's directory lay
 It takes only the asr.sh options the docs use; any other option or stage stops it (exit 2), so a command in
 the docs that it cannot run exactly fails the test that runs the docs. What differs from a LibriSpeech run
 is size only: CPU (`--ngpu 0`), one job per stage (`--nj 1 --inference_nj 1`), two test sets, and the training
-shortened by `SHORTEN_LM_TRAINING`. With FORK_SERVER in the environment (a socket of `tests/fork_server.py`), the
-stock modules run in children of that server instead of fresh interpreters.
+shortened by `SHORTEN_LM_TRAINING`. As asr.sh, it runs the stock modules with the `python3` of the PATH.
 """
 import argparse
-import json
-import os
 import shlex
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +21,6 @@ INFERENCE_CONFIG, INFERENCE_LM, INFERENCE_ASR_MODEL = "conf/decode_asr.yaml", "v
 DATA = "dump/raw"
 SHORTEN_LM_TRAINING = ["--max_epoch", "1", "--num_iters_per_epoch", "2", "--batch_bins", "256"]
 STAGES = {6, 7, 8, 12}
-FORK_SERVER = "ASR_SH_FORK_SERVER"
 
 
 def tag_of_args(args: str, keep_slash: bool) -> str:
@@ -34,23 +29,9 @@ def tag_of_args(args: str, keep_slash: bool) -> str:
     return "".join(c for c in args.replace("--", "_") if c not in drop)
 
 
-def forked(server: str, argv: list, fds=(0, 1, 2), timeout=None) -> int:
-    """`python ARGV` run by the fork server at `server` with `fds` as its standard streams: its exit status
-    (`timeout`: seconds to wait for it, else TimeoutError)."""
-    with socket.socket(socket.AF_UNIX) as connection:
-        connection.settimeout(timeout)
-        connection.connect(server)
-        socket.send_fds(connection, [json.dumps({"argv": argv, "cwd": os.getcwd()}).encode()], list(fds))
-        return int(connection.makefile().readline())
-
-
 def run(python: str, *args: str) -> None:
     print("+", shlex.join([python, *args]), flush=True)
-    server = os.environ.get(FORK_SERVER)
-    if server is None:
-        subprocess.run([python, *args], check=True)
-    elif status := forked(server, list(args)):
-        raise subprocess.CalledProcessError(status, [python, *args])
+    subprocess.run([python, *args], check=True)
 
 
 def split_scp(key_file: Path, parts: list) -> None:
@@ -74,7 +55,7 @@ def main() -> int:
     stages = set(range(a.stage, a.stop_stage + 1))
     if not stages <= STAGES:
         p.error(f"stages {sorted(stages - STAGES)} are not the LM or decoding stages this stand-in runs")
-    python = sys.executable
+    python = "python3"  # asr.sh's --python
     token_list = f"data/{LANG}_token_list/bpe_unigram{NBPE}/tokens.txt"
     bpemodel = f"data/{LANG}_token_list/bpe_unigram{NBPE}/bpe.model"
     lm_tag = (Path(a.lm_config).stem if a.lm_config else "train") + f"_{LANG}_bpe{NBPE}" + tag_of_args(a.lm_args, False)

@@ -58,7 +58,8 @@ GROUPS = {
         "test_mwer_fine_tunes_the_slm_on_training_lists_and_is_reused"),
     "import_orders": ("test_any_import_order_registers_the_kinds",),  # one forking interpreter
 }
-SHARED = {"micro": "recipe_micro", "slurm": "recipe_micro", "forker": "import_orders"}  # costly module fixtures
+SHARED = {"micro": "recipe_micro", "slurm": "recipe_micro", "recipe_python": "recipe_micro",  # costly module fixtures
+          "forker": "import_orders"}
 FIRST = ("recipe_micro", "test_dry_run_trains_both_models_and_everything_would_come_back",
          "test_docs_asr_sh_commands_run_as_written", "test_compare_lms_runs_end_to_end_on_tiny_inputs",
          "import_orders")

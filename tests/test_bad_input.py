@@ -15,8 +15,7 @@ import pytest
 import torch
 
 import slm_lm
-from asr_sh import forked
-from fork_server import started
+from fork_server import forked, started
 from slm_lm.model.config import LMConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,8 +44,8 @@ SERVER = {"modules": ["torch", "numpy", "sentencepiece", "soundfile", "yaml", "e
 
 @pytest.fixture(scope="module", autouse=True)
 def fork_server():
-    with started(sys.executable, SERVER["modules"], environment()) as socket_path:
-        SERVER["socket"] = socket_path
+    with started(sys.executable, SERVER["modules"], environment()) as server:
+        SERVER["socket"] = server.socket
         yield
         del SERVER["socket"]
 

@@ -3,12 +3,14 @@ import importlib.util
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from conftest import MIRROR
+from fork_server import started
 from slm_lm import build_lm
 from slm_lm.bin import subset_nbest
 from slm_lm.model.bpe import train_bpe
@@ -94,15 +96,29 @@ def test_compare_scripts_are_valid_shell():
         subprocess.run(["bash", "-n", str(ANALYSES / script)], check=True)
 
 
-def test_compare_lms_runs_end_to_end_on_tiny_inputs(tmp_path):
-    """The one-command comparison, scaled down: 2 books, a few updates, 10 dev utterances, 2 BLiMP pairs."""
+# the third-party modules of the comparison's steps (slm_lm's commands import them when they run), imported once
+# by a fork server
+STEPS = ["torch", "numpy", "sentencepiece", "safetensors.torch", "jiwer", "yaml", "espnet2.bin.lm_train"]
+
+
+@pytest.fixture()
+def served_python():
+    """A `python` that runs each step in a child of a fork server (tests/fork_server.py), importing slm_lm and
+    ESPnet afresh."""
+    with started(sys.executable, STEPS, dict(os.environ)) as server:
+        yield server.bin / "python"
+
+
+def test_compare_lms_runs_end_to_end_on_tiny_inputs(tmp_path, served_python):
+    """The one-command comparison, scaled down: 2 books, a few updates, 10 dev utterances, 2 BLiMP pairs (its
+    steps run by the `PYTHON` it is given)."""
     books = tmp_path / "books"
     books.mkdir()
     for name in ("pg2150.txt.gz", "pg2147.txt.gz"):
         (books / name).symlink_to(MIRROR / "text" / "gutenberg" / name)
     env = dict(os.environ, SLM_LM_DATA=str(MIRROR), BOOKS=str(books), BPE_SIZE="1000", VALID_EVERY="50",
                TRAIN_EVERY="1", VALID_LINES="5", NBEST_EVERY="300", BLIMP_LIMIT="2",
-               LM_TRAIN_ARGS="--max_epoch 1 --num_iters_per_epoch 3 --num_att_plot 0")
+               LM_TRAIN_ARGS="--max_epoch 1 --num_iters_per_epoch 3 --num_att_plot 0", PYTHON=str(served_python))
     out = tmp_path / "compare"
     run = subprocess.run(["bash", str(ANALYSES / "compare_lms.sh"), str(out)], env=env,
                          capture_output=True, text=True)

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from asr_sh import FORK_SERVER, forked
-from fork_server import started as fork_server
+from fork_server import forked, started as fork_server
 from test_espnet_lm import OLD_EXPERIMENT, REPO, data  # noqa: F401 (fixture)
 from test_espnet_tools import UTTERANCES, asr_exp  # noqa: F401 (fixture)
 
@@ -93,7 +92,7 @@ def forker(installed, tmp_path_factory):
         def run(code: str) -> tuple:
             stderr = tmp_path_factory.mktemp("child") / "stderr"
             with open(os.devnull, "r+") as null, open(stderr, "w") as err:
-                status = forked(server, ["-c", code], fds=(null.fileno(), null.fileno(), err.fileno()))
+                status = forked(server.socket, ["-c", code], fds=(null.fileno(), null.fileno(), err.fileno()))
             return status, stderr.read_text()
 
         yield run
@@ -237,19 +236,19 @@ ASR_SH_MODULES = ["espnet2.bin.lm_train", "espnet2.bin.aggregate_stats_dirs", "e
 
 def test_docs_asr_sh_commands_run_as_written(installed, asr_exp, data, tmp_path):  # noqa: F811
     """The docs' asr.sh command block, run as it is written (`/path/to/slm_lm` this checkout) by bash in the
-    installed environment, with `tests/asr_sh.py` as asr.sh (its stock modules run by a fork server of that
-    environment, `tests/fork_server.py`, each importing slm_lm and ESPnet afresh): the clm and the slm train in stock
-    `lm_train` on asr.sh's token list (the slm with `<mask>`, the list our `slm_lm.bin.lm_train` records),
-    stock decoding fuses the clm, and the 10-best lists get their AM scores and are rescored. The clm's
-    training (its command with stage 7 only) run again, in a fresh interpreter, finds it finished (`--resume
-    true`)."""
+    installed environment, with `tests/asr_sh.py` as asr.sh (the `python` first on the PATH runs each command in a
+    child of a fork server of that environment, `tests/fork_server.py`, importing slm_lm and ESPnet afresh): the clm
+    and the slm train in stock `lm_train` on asr.sh's token list (the slm with `<mask>`, the list our
+    `slm_lm.bin.lm_train` records), stock decoding fuses the clm, and the 10-best lists get their AM scores and are
+    rescored. The clm's training (its command with stage 7 only) run again, in a fresh interpreter, finds it
+    finished (`--resume true`)."""
     recipe = asr_sh_experiment(tmp_path, asr_exp, data)
     script = docs_asr_sh_block().replace("/path/to/slm_lm", str(REPO))
     (tmp_path / "commands.sh").write_text("set -eu\n" + script)
     env = installed_env(installed)
     with fork_server(installed, ASR_SH_MODULES, env) as server:
-        result = subprocess.run(["bash", str(tmp_path / "commands.sh")], cwd=tmp_path, env={**env, FORK_SERVER: server},
-                                capture_output=True, text=True)
+        result = subprocess.run(["bash", str(tmp_path / "commands.sh")], cwd=tmp_path,
+                                env={**env, "PATH": f"{server.bin}:{env['PATH']}"}, capture_output=True, text=True)
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
 
     exp = recipe / "exp"

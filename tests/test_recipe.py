@@ -25,6 +25,7 @@ import data_prep  # noqa: E402
 import decode_nbest  # noqa: E402
 import download_librispeech  # noqa: E402
 import slurm_cluster  # noqa: E402
+from fork_server import started  # noqa: E402
 
 from slm_lm import pretrained  # noqa: E402
 from slm_lm.data.librispeech import read_subset  # noqa: E402
@@ -32,9 +33,10 @@ from slm_lm.common.errors import InputError  # noqa: E402
 from slm_lm.scoring.scorer import Scorer  # noqa: E402
 
 
-def run_recipe(*args, check=True, timeout=900, env=None):
-    """./run.sh ARGS from the recipe directory with this test's Python as the active python3; returns the
-    CompletedProcess."""
+def run_recipe(*args, check=True, timeout=900, env=None, python=None):
+    """./run.sh ARGS from the recipe directory with this test's Python as the active python3 (or `--python
+    PYTHON`); returns the CompletedProcess."""
+    args = (*args, "--python", str(python)) if python else args
     env = dict(env or os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     proc = subprocess.run(["bash", "run.sh", *args], cwd=RECIPE, capture_output=True, text=True,
@@ -48,14 +50,30 @@ def run_recipe(*args, check=True, timeout=900, env=None):
 # The whole recipe on micro data
 
 
+# the third-party modules of the recipe's Python commands (slm_lm's commands import theirs when they run), imported
+# once by the fork server
+RECIPE_MODULES = ["torch", "numpy", "sentencepiece", "safetensors.torch", "jiwer", "soundfile", "yaml",
+                  "espnet2.bin.asr_train", "espnet2.bin.asr_inference", "espnet2.bin.lm_train"]
+
+
 @pytest.fixture(scope="module")
-def micro(tmp_path_factory):
+def recipe_python():
+    """The `--python` of the micro run and of the tests that run its stages again: each command runs in a child
+    of a fork server (tests/fork_server.py) that has imported the third-party modules of ESPnet's and slm_lm's
+    commands; slm_lm and ESPnet are imported afresh by each command."""
+    with started(sys.executable, RECIPE_MODULES, dict(os.environ)) as server:
+        yield server.bin / "python"
+
+
+@pytest.fixture(scope="module")
+def micro(tmp_path_factory, recipe_python):
     """Run all stages 0-8 once with --micro true (a few minutes on 2 cores), with the MWER fine-tuning of
     --mwer_utts 6 (6 more utterances decoded, 2 updates). Its tests and the Slurm cluster's are one work unit of
     the test workers (tests/conftest.py, GROUPS)."""
     work = tmp_path_factory.mktemp("micro")
-    # the timeout stops a hung run, not a slow one: about 5 minutes on 2 quiet cores, over 15 at load 7
-    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), *MWER, timeout=3600)
+    # the timeout stops a hung run, not a slow one: about 3 minutes on 2 quiet cores, over 10 at load 7
+    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), *MWER, timeout=3600,
+                      python=recipe_python)
     return work, proc
 
 
@@ -149,12 +167,12 @@ def test_micro_all_stages(micro):
     assert "RESULTS" in proc.stdout  # the table is printed at the end
 
 
-def test_mwer_fine_tunes_the_slm_on_training_lists_and_is_reused(micro):
+def test_mwer_fine_tunes_the_slm_on_training_lists_and_is_reused(micro, recipe_python):
     """--mwer_utts 6: stage 6 decodes a draw of 6 training utterances, stage 7 fine-tunes stage 5's slm on their
     lists and rescores dev/test with it, stage 8 adds its row; a re-run reuses all of it."""
     work, _ = micro
     proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), "--stage", "6", "--stop_stage", "8",
-                      *MWER, timeout=600)
+                      *MWER, timeout=600, python=recipe_python)
     mwer = decode_dir_of(work).parent / (decode_dir_of(work).name + "_mwer6_lm_train_lm_slm_mini_en_bpe100")
     rescored = mwer.parent / mwer.name.replace("_mwer6_", "_rescore_mwer6_")
     for d in (decode_dir_of(work) / "train_sub6", mwer, rescored):
@@ -169,7 +187,7 @@ def test_mwer_fine_tunes_the_slm_on_training_lists_and_is_reused(micro):
     assert "|rescored, slm|rescored, slm-mwer|" in results and "|test_clean|slm-mwer|" in results
 
 
-def test_killed_decode_resumes(micro):
+def test_killed_decode_resumes(micro, recipe_python):
     """A decode killed mid-way resumes from its partial results and redoes nothing finished."""
     work, _ = micro
     s = decode_dir_of(work) / "dev_clean"
@@ -182,19 +200,19 @@ def test_killed_decode_resumes(micro):
         shutil.rmtree(d)
     (s / ".done").unlink()
     proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work),
-                      "--stage", "6", "--stop_stage", "6", timeout=600)
+                      "--stage", "6", "--stop_stage", "6", timeout=600, python=recipe_python)
     assert "stage 6 done" in proc.stdout
     assert (s / "3best_recog" / "scores").read_text() == before
     assert "incomplete record of an interrupted run" in (s / "logdir" / "decode.1.log").read_text()
 
 
-def test_stages_rerun_and_reuse_by_what_they_make(micro):
+def test_stages_rerun_and_reuse_by_what_they_make(micro, recipe_python):
     """ESPnet semantics: every selected stage runs; identical finished work is reused, a new LM kind
     is trained and rescored (the old recipe printed 'already done' and kept the old table)."""
     work, _ = micro
     asr_done = (work / "exp" / "asr_train_asr_mini_raw_en_bpe100" / ".done").stat().st_mtime_ns
     proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work),
-                      "--stage", "5", "--stop_stage", "8", "--lm_kinds", "slm clm", timeout=900)
+                      "--stage", "5", "--stop_stage", "8", "--lm_kinds", "slm clm", timeout=900, python=recipe_python)
     for n in (5, 6, 7, 8):
         assert f"stage {n} done" in proc.stdout
     assert "already done" not in proc.stdout
@@ -204,7 +222,7 @@ def test_stages_rerun_and_reuse_by_what_they_make(micro):
     assert (decode_dir_of(work).parent / RESCORE_SLM.replace("_slm_", "_clm_") / "tuning.json").exists()
     assert "rescored, clm" in (work / "RESULTS.md").read_text()
     # the whole default run again: everything reused, the ASR model untouched
-    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), timeout=600)
+    proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), timeout=600, python=recipe_python)
     assert proc.stdout.count(": reused") >= 4 + 1 + 4 + 1
     assert (work / "exp" / "asr_train_asr_mini_raw_en_bpe100" / ".done").stat().st_mtime_ns == asr_done
 
@@ -222,23 +240,24 @@ def test_decoding_dirs_are_named_as_espnet_names_them(tmp_path, options, tag):
     assert f"asr_train_asr_mini_raw_en_bpe100/{tag}/dev_clean/.done is missing: run stage 6 first" in proc.stderr
 
 
-def test_resources_never_redo_a_finished_training(micro):
+def test_resources_never_redo_a_finished_training(micro, recipe_python):
     """Only --ngpu, --nj and the thread count differ: the stats and both trainings are reused, and nothing
     is renamed (the old recipe moved the finished experiments to .old.<time> and trained them again)."""
     work, _ = micro
     proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), "--stage", "4",
-                      "--stop_stage", "5", "--ngpu", "1", "--nj", "1", "--train_threads", "1", timeout=600)
+                      "--stop_stage", "5", "--ngpu", "1", "--nj", "1", "--train_threads", "1", timeout=600,
+                      python=recipe_python)
     assert proc.stdout.count(": reused") == 3, proc.stdout
     assert not list(work.rglob("*.old.*"))
 
 
-def test_training_options_name_the_experiment_and_a_finished_one_is_kept(micro):
+def test_training_options_name_the_experiment_and_a_finished_one_is_kept(micro, recipe_python):
     """--lm_train_args is part of the LM experiment's name (ESPnet's args tag), so a variant needs its own
     training; a finished training whose work changed (here its recorded command) stops the run, kept as
     it is: never renamed, deleted or retrained in place."""
     work, _ = micro
     proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), "--stage", "7",
-                      "--stop_stage", "7", "--lm_train_args", "--seed 1", check=False)
+                      "--stop_stage", "7", "--lm_train_args", "--seed 1", check=False, python=recipe_python)
     assert proc.returncode != 0
     assert "exp/lm_train_lm_slm_mini_en_bpe100_seed1/.done is missing: run stage 5 first" in proc.stderr
     lm = work / "exp" / "lm_train_lm_slm_mini_en_bpe100"
@@ -247,7 +266,7 @@ def test_training_options_name_the_experiment_and_a_finished_one_is_kept(micro):
     (lm / ".done").write_text(done.replace("--resume\n", "--resume_other\n"))
     try:
         proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(work), "--stage", "5",
-                          "--stop_stage", "5", check=False)
+                          "--stop_stage", "5", check=False, python=recipe_python)
     finally:
         (lm / ".done").write_text(done)
     assert proc.returncode != 0 and f"{lm} holds a training finished by other work" in proc.stderr
@@ -376,7 +395,7 @@ def test_real_slurm_failed_task_is_named_and_a_rerun_submits_only_the_missing_ta
         assert f"task {j} of x did not start: {tmp_path}/log/x.{j}.log was not written" in proc.stderr
 
 
-def test_rescoring_am_score_defaults_to_the_decoding_weights(micro, tmp_path):
+def test_rescoring_am_score_defaults_to_the_decoding_weights(micro, tmp_path, recipe_python):
     """Without --am_weights, stage 7 weighs decoder and CTC scores as the decode config did (ctc_weight c:
     decoder=1-c,ctc=c); an explicit --am_weights wins."""
     work, _ = micro
@@ -389,11 +408,11 @@ def test_rescoring_am_score_defaults_to_the_decoding_weights(micro, tmp_path):
     done = copy / "exp" / "asr_train_asr_mini_raw_en_bpe100" / RESCORE_SLM / ".done"
     for extra, expected in (((), "decoder=0.6,ctc=0.4"), (("--am_weights", "decoder=1,ctc=0"), "decoder=1,ctc=0")):
         run_recipe("--mini", "true", "--micro", "true", "--workdir", str(copy), "--stage", "7", "--stop_stage", "7",
-                   "--decode_config", str(conf), *same_lists, *extra, timeout=600)
+                   "--decode_config", str(conf), *same_lists, *extra, timeout=600, python=recipe_python)
         assert f"--am-weights\n{expected}\n" in done.read_text()
 
 
-def test_stage5_fine_tunes_a_shipped_lm(micro, tmp_path):
+def test_stage5_fine_tunes_a_shipped_lm(micro, tmp_path, recipe_python):
     """--lm_init slm=slm-books (the mini default): stage 5 starts ESPnet's training from the shipped weights
     with their own tokenizer, and stage 7 rescores with the result; a malformed --lm_init is refused."""
     work, _ = micro
@@ -402,7 +421,7 @@ def test_stage5_fine_tunes_a_shipped_lm(micro, tmp_path):
     for stage in ("5", "7"):  # not stage 6: the copy's decoding is the original's (a re-run would redo it there)
         run_recipe("--mini", "true", "--micro", "true", "--workdir", str(copy), "--stage", stage, "--stop_stage", stage,
                    "--lm_init", "slm=slm-books", "--lm_train_args", "--max_epoch 1 --num_iters_per_epoch 3",
-                   timeout=900)
+                   timeout=900, python=recipe_python)
     # --lm_train_args name the experiment as ESPnet's args tag does
     lm_dir = copy / "exp" / "lm_finetune_lm_slm_mini_en_slm-books_max_epoch1_num_iters_per_epoch3"
     assert (lm_dir / ".done").exists()
@@ -418,10 +437,11 @@ def test_stage5_fine_tunes_a_shipped_lm(micro, tmp_path):
     rescored = decode_dir_of(copy).parent / (decode_dir_of(copy).name + "_rescore_" + lm_dir.name)
     assert (rescored / "tuning.json").exists()
     proc = run_recipe("--mini", "true", "--micro", "true", "--workdir", str(copy), "--stage", "5", "--stop_stage", "5",
-                      "--lm_init", "slm", check=False)
+                      "--lm_init", "slm", check=False, python=recipe_python)
     assert proc.returncode != 0 and "--lm_init: 'slm' is not KIND=MODEL" in proc.stderr
     proc = run_recipe("--mini", "true", "--workdir", str(copy), "--stage", "6", "--stop_stage", "6",
-                      "--fusion_lm", "clm", check=False)  # the mini default fine-tunes clm from clm-books
+                      "--fusion_lm", "clm", check=False,
+                      python=recipe_python)  # the mini default fine-tunes clm from clm-books
     assert proc.returncode != 0 and "shallow fusion needs the LM on the ASR's token list" in proc.stderr
 
 
@@ -568,7 +588,7 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 600) -> None:
         time.sleep(0.2)
 
 
-def test_sharded_equals_unsharded_through_a_real_slurm(micro, slurm):
+def test_sharded_equals_unsharded_through_a_real_slurm(micro, slurm, recipe_python):
     """The decoding and LM scoring stages through a real Slurm (job arrays of 3 shards, tests/slurm_cluster.py):
     a failed task fails the stage naming its log; scancel of a running stage stops it with nothing
     half-written; the re-run submits only the missing tasks, and the merged outputs are byte-identical to
@@ -576,7 +596,7 @@ def test_sharded_equals_unsharded_through_a_real_slurm(micro, slurm):
     work = micro[0]
     tag = "decode_slurm"
     common = ["bash", "run.sh", "--mini", "true", "--micro", "true", "--workdir", str(work), "--cmd_backend", "slurm",
-              "--nj", "3", "--inference_tag", tag, "--test_parts", "test-other"]
+              "--nj", "3", "--inference_tag", tag, "--test_parts", "test-other", "--python", str(recipe_python)]
     two, three = decode_dir_of(work), decode_dir_of(work, tag)
     # 1. task 2 of dev_clean's array fails (its 3rd utterance's audio is missing)
     audio = Path((work / "data" / "dev_clean" / "wav.scp").read_text().splitlines()[2].split()[1])
@@ -981,11 +1001,11 @@ def test_cmd_backends_are_valid_shell():
 
 
 
-def test_profile_asr_step_times_dtypes_and_names_operators(micro, tmp_path):
+def test_profile_asr_step_times_dtypes_and_names_operators(micro, tmp_path, recipe_python):
     """local/profile_asr_step.py on the micro experiment: a median per dtype against float32, then the
     profiler's operator table; a missing data dir is one error line, status 2."""
     work, _ = micro
-    script = [sys.executable, "local/profile_asr_step.py", "--config",
+    script = [str(recipe_python), "local/profile_asr_step.py", "--config",
               str(work / "exp" / "asr_train_asr_mini_raw_en_bpe100" / "config.yaml")]
     proc = subprocess.run([*script, "--data", str(work / "data" / "train"), "--batches", "2", "--batch-utts", "4",
                            "--reps", "1", "--threads", "1"], cwd=RECIPE, capture_output=True, text=True, timeout=300)

@@ -14,6 +14,7 @@
 #   LM_TRAIN_ARGS=...  extra slm-lm-train options for every kind (e.g. "--num_iters_per_epoch 5")
 #   NBEST_EVERY=10     evaluate on every N-th dev utterance (1 = the full dev sets)
 #   BLIMP_LIMIT=100    first N pairs of each BLiMP paradigm (all = every pair)
+#   PYTHON=PATH        the Python of every step (default: the checkout's .venv, local/setup_env.sh)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$root/exp/compare}
@@ -23,7 +24,7 @@ train_every=${TRAIN_EVERY:-20}
 valid_lines=${VALID_LINES:-1000}
 nbest_every=${NBEST_EVERY:-10}
 blimp_limit=${BLIMP_LIMIT:-100}
-py=$root/.venv/bin/python
+py=${PYTHON:-$root/.venv/bin/python}
 books=${BOOKS:-$($py -m slm_lm.bin.data path books)}
 kinds="slm clm mlm bilm tta"  # the rows of the table, in local/analyses/compare_table.py's order
 nbest=$($py -m slm_lm.bin.data path librispeech-nbest)

@@ -7,12 +7,13 @@
 #   BLiMP too comes from the data directory, slm-data get blimp);
 #   BLIMP_LIMIT: only the first N pairs of each BLiMP paradigm (default: all);
 #   CACHE: the LM score cache (default OUT_DIR/lm_cache; several models may share one);
-#   WHOLE_WORDS=1: score with --whole-words (each word left to right given the whole words around it).
+#   WHOLE_WORDS=1: score with --whole-words (each word left to right given the whole words around it);
+#   PYTHON: the Python of every step (default: the checkout's .venv, local/setup_env.sh).
 set -euo pipefail
 model=$1 heldout=$2 out=$3 label=${4:-$(basename "$1")}
 ww=${WHOLE_WORDS:+--whole-words}
 root=$(cd "$(dirname "$0")/../.." && pwd)
-py=$root/.venv/bin/python
+py=${PYTHON:-$root/.venv/bin/python}
 nbest=${NBEST:-$($py -m slm_lm.bin.data path librispeech-nbest)}
 mkdir -p "$out"
 [ -f "$out/heldout.tsv" ] || $py -m slm_lm.bin.score --model "$model" $ww --input "$heldout" --output "$out/heldout.tsv"
