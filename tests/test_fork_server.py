@@ -54,10 +54,12 @@ def test_commands_run_side_by_side(python, tmp_path):
 
 @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_a_signal_to_the_client_ends_its_command_as_it_would_end_python(python, tmp_path, number):
+    """(Python's own handling of Ctrl-C, whatever the test runner set: xdist's workers ignore SIGINT.)"""
     pid_file = tmp_path / "pid"
-    proc = subprocess.Popen([python, "-c", f"import os, pathlib, time\npathlib.Path('{pid_file}.new').write_text("
-                             f"str(os.getpid()))\nos.rename('{pid_file}.new', '{pid_file}')\ntime.sleep(60)\n"],
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([python, "-c", "import os, pathlib, signal, time\n"
+                             "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+                             f"pathlib.Path('{pid_file}.new').write_text(str(os.getpid()))\n"
+                             f"os.rename('{pid_file}.new', '{pid_file}')\ntime.sleep(60)\n"], stderr=subprocess.DEVNULL)
     while not pid_file.exists():
         time.sleep(0.01)
     proc.send_signal(number)
