@@ -215,6 +215,7 @@ def good_argv(command, d, tsv, ref, model, out):
                                out / "combination", "--no-progress"],
         "slm-pairwise-preference": ["--set", d / "dev_a", "--lm", "score:lm", "--nbest", "2", "--out", out / "pairs.md"],
         "slm-subset-nbest": [d / "dev_a", out / "subset", "--every", "2"],
+        "slm-simulate-nbest": ["--confusions", sets, "--text", d / "text.txt", "--variants", "1", "--out", out / "sim"],
         "slm-rescore-mt": ["--dev", d / "mt.nbest", "--dev-ref", d / "mt.ref", "--lm", model, "--lambda-range",
                            "0:1:0.5", "--bootstrap-samples", "10", "--out", out / "mt", "--no-progress"],
         "slm-zero-shot": ["--data", d / "reviews.tsv", "--labels", "0=negative,1=positive", "--pattern",
@@ -280,6 +281,7 @@ NUMERIC_OPTIONS = [
     ("compare_wer", [], ["--samples", "--seed"]),
     ("pairwise_preference", [], ["--nbest"]),
     ("subset_nbest", ["src", "dst"], ["--every"]),
+    ("simulate_nbest", [], ["--nbest", "--lists", "--variants", "--seed"]),
 ]
 
 
