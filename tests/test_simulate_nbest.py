@@ -5,6 +5,7 @@ from collections import Counter
 import pytest
 
 from slm_lm.bin import simulate_nbest
+from slm_lm.common.fileio import read_json
 from slm_lm.rescoring.confusions import Simulator, mine_confusions, word_edits
 from slm_lm.rescoring.nbest import Hypothesis, NbestSet, load_nbest
 from slm_lm.rescoring.wer import word_errors
@@ -98,7 +99,7 @@ def test_the_command_writes_lists_slm_mwer_train_reads(real_lists, capsys):
     for uttid, hyps in nbest.hyps.items():
         assert uttid.startswith("sim00000-") and [h.rank for h in hyps] == [1, 2, 3]
         assert [h.text for h in hyps].count(nbest.refs[uttid]) == 1 and {h.score for h in hyps} == {0.0}
-    record = simulate_nbest.read_json(out / "simulate.json")
+    record = read_json(out / "simulate.json")
     assert record["lists"] == 2 and record["sentences_read"] == 4 and record["sentences_without_list"] == 2
     assert (out / "confusions.tsv").read_text().splitlines()[0] == "op\tref\thyp\tcount"
     before = (out / "nbest.tsv").read_text()

@@ -64,12 +64,12 @@ class Simulator:
         self.insert_weights = [w for _, w in inserted]
         self.insert_total = sum(self.insert_weights)
 
-    def variant(self, words: list[str], sites: list, weights: list) -> str:
-        """One variant of `words`: one to three edits (a word is edited at most once)."""
+    def variant(self, words: list[str], sites: list, weights: list, insert_share: float) -> str:
+        """One variant of `words`: one to three edits (a word is edited at most once), each an insertion with
+        probability `insert_share`."""
         edited = list(words)
         inserts = []
         edits = self.rng.choices(EDITS_PER_VARIANT, EDITS_PER_VARIANT_WEIGHTS)[0]
-        insert_share = INSERT_SHARE * self.insert_total / (self.insert_total + sum(weights))
         for _ in range(edits):
             if self.rng.random() < insert_share:
                 inserts.append(self.rng.choices(self.insert_words, self.insert_weights)[0])
@@ -90,9 +90,10 @@ class Simulator:
         if not pairs:
             return None
         sites, weights = [p for p, _ in pairs], [w for _, w in pairs]
+        insert_share = INSERT_SHARE * self.insert_total / (self.insert_total + sum(weights))
         variants = set()
         for _ in range(TRIES_PER_VARIANT * n_variants):
-            text = self.variant(words, sites, weights)
+            text = self.variant(words, sites, weights, insert_share)
             if text and text != sentence:
                 variants.add(text)
             if len(variants) == n_variants:
