@@ -1,6 +1,8 @@
 """slm-simulate-nbest: the confusions mined from real lists, the lists simulated with them, and the command's
 outputs read by slm-mwer-train's reader."""
+import importlib.util
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +117,41 @@ def test_more_lists_than_the_text_gives_is_an_error(real_lists, capsys):
     assert err == ("slm-simulate-nbest: error: --lists 3: the text gives only 2 lists (2 of 4 sentences have too "
                    "few confusions for 2 variants)")
     assert not (real_lists / "out").exists()
+
+
+def load_select_script():
+    path = Path(__file__).resolve().parents[1] / "local" / "analyses" / "select_hard_negatives.py"
+    spec = importlib.util.spec_from_file_location("select_hard_negatives", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_hard_negatives_keep_the_reference_and_the_variants_scored_highest(real_lists, capsys):
+    """Scores as slm-score writes them (here: more words score higher, then the text's own order decides), the
+    reference kept, the --keep best variants kept, a short scores file refused with nothing written."""
+    run(real_lists, "--variants", "3")
+    capsys.readouterr()
+    out = real_lists / "out"
+    rows = [line.split("\t") for line in (out / "nbest.tsv").read_text().splitlines()]
+    score = {text: len(text.split()) + sorted(t for *_, t in rows).index(text) / 100 for *_, text in rows}
+    (real_lists / "scores").write_text("".join(f"{n}\t{score[t]}\t5\n" for n, (*_, t) in enumerate(rows, 1)))
+    select = load_select_script()
+    select.main(["--lists", str(out), "--scores", str(real_lists / "scores"), "--keep", "2",
+                 "--out", str(real_lists / "hard")])
+    hard = load_nbest(real_lists / "hard" / "nbest.tsv", real_lists / "hard" / "ref.txt")
+    beaten = 0
+    for uttid, hyps in hard.hyps.items():
+        ref = hard.refs[uttid]
+        variants = sorted((r[3] for r in rows if r[0] == uttid and r[3] != ref), key=score.get, reverse=True)
+        assert sorted(h.text for h in hyps) == sorted([ref] + variants[:2])
+        beaten += score[variants[0]] > score[ref]
+    assert f"2 lists of 3 hypotheses; the LM scored a variant above the reference in {beaten} " in \
+        capsys.readouterr().out
+    (real_lists / "short").write_text("1\t-1.0\t5\n")
+    with pytest.raises(SystemExit) as stop:
+        select.main(["--lists", str(out), "--scores", str(real_lists / "short"), "--out", str(real_lists / "x")])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip() == (f"select_hard_negatives: error: {real_lists / 'short'}: 1 lines, "
+                                               f"fewer than {out / 'nbest.tsv'}'s")
+    assert not (real_lists / "x").exists()
