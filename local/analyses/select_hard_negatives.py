@@ -50,6 +50,8 @@ def read_lists(lists_dir: Path, scores_path: Path) -> dict:
             score = float(columns[1])
         except (IndexError, ValueError):
             raise InputError(f"{scores_path}:{scored[0]}: not slm-score's `line<TAB>score<TAB>n_tokens`") from None
+        if columns[0] != str(n):
+            raise InputError(f"{scores_path}:{scored[0]}: scores line {columns[0]}, not line {n} of {nbest}")
         lists.setdefault(fields[0], (refs[fields[0]], []))[1].append((score, fields[3]))
     if next(scores, None) is not None:
         raise InputError(f"{scores_path}: more lines than {nbest}")
