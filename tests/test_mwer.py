@@ -238,3 +238,38 @@ def test_trainable_changes_only_its_parameters(lists, tmp_path, trainable, train
     card = json.loads((tmp_path / "out" / "model" / "training.json").read_text())
     assert card["trainable"]["parameters"] == trainable
     assert card["trainable"]["count"] == sum(p.numel() for name, p in start.items() if trained(name, p))
+
+
+def test_the_word_bonus_is_tuned_on_the_held_out_lists_and_used_for_the_test(lists, tmp_path, capsys):
+    """Every list: the sentence and two deletions of it, AM 0. An LM sums negative log-probabilities, so it prefers
+    some shorter, wrong hypothesis; a large enough word bonus picks the sentence every time. With --beta-range
+    the held-out tuning chooses that bonus, the curve and the card record it and the test lists are rescored with
+    it; without, the bonus stays 0."""
+    rows, refs, test_rows, test_refs = [], [], [], []
+    for k, ref in enumerate(REFS * 2):
+        words = ref.split()
+        hyps = [" ".join(words[1:]), " ".join(words[:-1]), ref]
+        uttid = f"s{k % 4}-{k:04d}"
+        (test_rows if k < 2 else rows).extend(f"{uttid}\t{r}\t0\t{h}" for r, h in enumerate(hyps, start=1))
+        (test_refs if k < 2 else refs).append(f"{uttid} {ref}\n")
+    for name, lines in (("train.tsv", rows), ("test.tsv", test_rows)):
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    (tmp_path / "train.ref").write_text("".join(refs))
+    (tmp_path / "test.ref").write_text("".join(test_refs))
+    args = ["--model", str(lists / "model"), "--train", str(tmp_path / "train.tsv"), "--train-ref",
+            str(tmp_path / "train.ref"), "--test", str(tmp_path / "test.tsv"), "--test-ref", str(tmp_path / "test.ref"),
+            "--held-out", "0.5", "--lambda", "1", "--lambda-range", "1", "--epochs", "0", "--no-progress",
+            "--threads", "1"]
+    for beta_range, bonus in (("0,100", 100.0), ("0", 0.0)):
+        out = tmp_path / f"out_{bonus:g}"
+        cli.main(args + ["--beta-range", beta_range, "--out", str(out)])
+        assert f"word bonus = {bonus:g}" in capsys.readouterr().out
+        curve = (out / "curve.tsv").read_text().splitlines()
+        assert curve[0].split("\t")[-1] == "heldout_beta" and float(curve[1].split("\t")[-1]) == bonus
+        wer = float(curve[1].split("\t")[4])
+        assert (wer == 0.0) == (bonus == 100.0)  # the bonus picks every sentence; the LM alone does not
+        card = json.loads((out / "model" / "training.json").read_text())
+        assert card["best"]["heldout_beta"] == bonus
+        assert json.loads((out / "rescore" / "tuning.json").read_text())["best"]["beta"] == bonus
+        chosen = (out / "rescore" / "test" / "1best_recog" / "text").read_text().splitlines()
+        assert (sorted(chosen) == sorted(r.strip() for r in test_refs)) == (bonus == 100.0)

@@ -65,6 +65,8 @@ def build_parser() -> Parser:
     p.add_argument("--patience", type=number(int, 0), default=3,
                    help="validations without a lower held-out WER before stopping (default 3; 0: never)")
     p.add_argument("--lambda-range", default="0:5:0.1", help="LM weight grid of the held-out tuning (default 0:5:0.1)")
+    p.add_argument("--beta-range", default="0", help="word bonus grid of the held-out tuning and the test rescoring, "
+                   "e.g. --beta-range=-1:3:0.25 (default 0: none); never part of the loss")
     p.add_argument("--seed", type=number(int, 0), default=0, help="seed of the held-out draw and the batches")
     p.add_argument("--device", default="cpu", type=device_option(COMMAND), help="device (default cpu)")
     p.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES,
@@ -112,7 +114,8 @@ def main(argv=None) -> None:
             fixed=fixed_columns(args.fixed), lam=args.lam, scale=args.scale, lm_weight=args.lm_weight, lr=args.lr,
             warmup=args.warmup, epochs=args.epochs, updates=args.updates, batch_tokens=args.batch_tokens,
             held_out=args.held_out, valid_every=args.valid_every, patience=args.patience,
-            lambda_grid=parse_range(args.lambda_range, "--lambda-range"), seed=args.seed, device=args.device,
+            lambda_grid=parse_range(args.lambda_range, "--lambda-range"),
+            beta_grid=parse_range(args.beta_range, "--beta-range"), seed=args.seed, device=args.device,
             dtype=dtype, trainable=args.trainable)
         train = load_nbest_sets(comma_list(args.train), comma_list(args.train_ref), "--train", args.nbest)
         test = load_nbest_sets(comma_list(args.test), comma_list(args.test_ref), "--test", args.nbest)
@@ -133,11 +136,13 @@ def main(argv=None) -> None:
         fail(COMMAND, err)
     best = card["best"]
     print(f"stopped: {card['stopped']} after {card['updates']} updates; best held-out WER {best['heldout_wer']:.3f} "
-          f"(lambda {best['heldout_lambda']:g}) at update {best['updates']}; loss lambda {card['loss']['lambda']:g}")
+          f"(lambda {best['heldout_lambda']:g}, word bonus {best.get('heldout_beta', 0):g}) at update {best['updates']}; "
+          f"loss lambda {card['loss']['lambda']:g}")
     print(f"wrote {args.out}/model, {args.out}/curve.tsv")
     if rescored is not None:
         result, reports = rescored
-        print(f"weights tuned on the held-out lists: lambda = {', '.join(f'{x:g}' for x in result.best.lambdas)}")
+        print(f"weights tuned on the held-out lists: lambda = {', '.join(f'{x:g}' for x in result.best.lambdas)}, "
+              f"word bonus = {result.best.beta:g}")
         for r in reports:
             print(f"{r.name} ({r.role}): AM-only {r.wer_am:.2f}  file 1-best {r.wer_file:.2f}  "
                   f"rescored {r.wer_rescored:.2f}  oracle {r.wer_oracle:.2f}")

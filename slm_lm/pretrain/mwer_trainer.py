@@ -3,8 +3,8 @@ held-out split, the training loop, its checkpoint, curve and card, and the resco
 
 The training sets' utterances are split by speaker (the id up to its first ``-``, as LibriSpeech's
 ``spk-chapter-utt``): a seeded ``held_out`` share of the speakers is never trained on. At every validation
-the held-out lists are rescored with the current weights: their WER at the lambda tuned on them and at the
-loss's lambda form the curve; the model with the lowest held-out WER is exported to ``out_dir``/model/
+the held-out lists are rescored with the current weights: their WER at the lambda (and word bonus, from
+``beta_grid``) tuned on them and at the loss's lambda form the curve; the model with the lowest held-out WER is exported to ``out_dir``/model/
 (early stopping: ``patience`` validations without a better one end the run). Without ``lam`` the loss's
 lambda is the one tuned on the held-out lists with the starting model. Test sets, if any, are then rescored
 by :func:`slm_lm.rescoring.rescore.rescore` with every weight tuned on the held-out lists only (``out_dir``/rescore/).
@@ -39,7 +39,8 @@ from slm_lm.scoring.interface import length_batches
 COMMAND = "slm-mwer-train"
 CHECKPOINT_FILE, CURVE_FILE, MODEL_DIR = "checkpoint.pt", "curve.tsv", "model"
 RESCORE_DIR, CACHE_DIR = "rescore", "lm_cache"
-CURVE_HEADER = "updates\ttrain_mwer\ttrain_ce\theldout_mwer\theldout_wer\theldout_lambda\theldout_wer_at_loss_lambda\n"
+CURVE_HEADER = ("updates\ttrain_mwer\ttrain_ce\theldout_mwer\theldout_wer\theldout_lambda\theldout_wer_at_loss_lambda"
+                "\theldout_beta\n")
 ONE_PASS_KINDS = ("slm", "clm", "bilm", "tta")  # an MLM needs one pass per token for a sentence's score
 # --trainable: what it trains, and which parameters (by name and tensor) that is
 TRAINABLE = {"all": ("every parameter", lambda name, p: True),
@@ -72,14 +73,17 @@ class MwerSettings:
     valid_every: int = 50
     patience: int = 3
     lambda_grid: list = field(default_factory=lambda: [round(0.1 * i, 10) for i in range(51)])
+    beta_grid: list = field(default_factory=lambda: [0.0])  # word bonus of the tunings, never in the loss
     seed: int = 0
     device: str = "cpu"
     dtype: str = "float32"
     trainable: str = "all"  # one of TRAINABLE
 
     def identity(self) -> dict:
-        """What a checkpoint must share with the run that resumes it (all but where it runs)."""
-        return {k: v for k, v in asdict(self).items() if k not in ("out_dir", "device")}
+        """What a checkpoint must share with the run that resumes it (all but where it runs; no word bonus is
+        left out, as checkpoints written before there was one have it)."""
+        return {k: v for k, v in asdict(self).items()
+                if k not in ("out_dir", "device") and not (k == "beta_grid" and v == [0.0])}
 
 
 @dataclass
@@ -391,8 +395,8 @@ class MwerRun:
         state["sums"] = [0.0, 0.0, 0]
         if self.heldout:
             scored = self.heldout_set(self.sentence_scores(self.heldout))
-            tuned = tune([scored], [s.lambda_grid], [0.0])
-            best_lam, wer = tuned.best.lambdas[0], tuned.dev_wer
+            tuned = tune([scored], [s.lambda_grid], s.beta_grid)
+            best_lam, best_beta, wer = tuned.best.lambdas[0], tuned.best.beta, tuned.dev_wer
             if state["lam"] is None:
                 if best_lam == 0:
                     raise InputError("--lambda: the held-out lists tune the starting model's weight to 0, where the "
@@ -404,12 +408,13 @@ class MwerRun:
             lm = torch.from_numpy(scored.lm[0])
             heldout_mwer = float(mwer_per_utterance(fixed, lm, errors, real, state["lam"], s.scale).mean())
         else:
-            best_lam, wer, at_lam, heldout_mwer = float("nan"), float("nan"), float("nan"), float("nan")
+            best_lam, best_beta, wer, at_lam, heldout_mwer = (float("nan"),) * 5
         state["curve"].append(f"{state['updates']}\t{train_mwer:.4f}\t{train_ce:.4f}\t{heldout_mwer:.4f}\t"
-                              f"{wer:.3f}\t{best_lam:g}\t{at_lam:.3f}")
+                              f"{wer:.3f}\t{best_lam:g}\t{at_lam:.3f}\t{best_beta:g}")
         improved = not self.heldout or state["best"] is None or wer < state["best"]["heldout_wer"]
         if improved:
-            state["best"] = {"updates": state["updates"], "heldout_wer": wer, "heldout_lambda": best_lam}
+            state["best"] = {"updates": state["updates"], "heldout_wer": wer, "heldout_lambda": best_lam,
+                             "heldout_beta": best_beta}
             state["since_best"] = 0
         else:
             state["since_best"] += 1
@@ -506,6 +511,7 @@ def mwer_train(settings: MwerSettings, scorer, train_sets: list[NbestSet], test_
                                                               **(scorer_options or {})})
             lms = [best] + [ScoreColumn(name) for name in settings.fixed]
             rescored = rescore(run.heldout_nbest(), list(test_sets), lms, out / RESCORE_DIR, settings.am_weights,
-                               lambda_grid=settings.lambda_grid, cache_dir=out / CACHE_DIR, progress=progress,
+                               lambda_grid=settings.lambda_grid, beta_grid=settings.beta_grid,
+                               cache_dir=out / CACHE_DIR, progress=progress,
                                inputs=list(inputs), settings={"command": COMMAND, "model": str(out / MODEL_DIR)})
     return card, rescored
