@@ -5,6 +5,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from test_hf import make_gpt2_dir
@@ -153,3 +154,30 @@ def test_ce_by_piece_splits_the_sentence_score(setup, tmp_path, capsys):
     (tmp_path / "empty.txt").write_text("\n")
     with pytest.raises(SystemExit, match="empty.txt: no sentences"):
         script.main(["--model", "SLM=slm-books", "--text", str(tmp_path / "empty.txt"), "--out", str(out)])
+
+
+def test_score_shift_separates_the_change_per_error_from_the_change_per_word(setup, capsys):
+    """Scores moved by a constant per list, -0.5 per word error and +0.25 per word give exactly those figures;
+    padding and a list of one hypothesis are left out. On real lists, a model against itself changed nothing, and
+    each tuned model is a row."""
+    script = load_script("score_shift")
+    rng = np.random.default_rng(0)
+    base = rng.normal(-20.0, 5.0, (5, 4))
+    errors, n_words = rng.integers(0, 4, (5, 4)), rng.integers(5, 12, (5, 4))
+    real = np.ones((5, 4), dtype=bool)
+    real[1, 3] = False
+    real[4, 1:] = False
+    tuned = base + rng.normal(0.0, 3.0, (5, 1)) - 0.5 * errors + 0.25 * n_words
+    tuned[1, 3] = tuned[4, 0] = 1e6  # padding, and the one hypothesis of list 4
+    found = script.shift(base, tuned, errors, n_words, real)
+    assert found["lists"] == 4
+    assert (found["per_error"], found["per_word"]) == (pytest.approx(-0.5), pytest.approx(0.25))
+    clm, slm = str(setup["models"]["clm"]), str(setup["models"]["slm"])
+    script.main(["--set", str(setup["dev"][0]), "--base", clm, "--tuned", clm, "--tuned", slm])
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [r[1].strip() for r in rows] == [clm, slm]
+    assert [float(x) for x in rows[0][2:7]] == [4, 0, 0, 0, 0]
+    assert float(rows[1][4]) != 0
+    with pytest.raises(SystemExit) as err:
+        script.main(["--set", str(setup["root"] / "missing"), "--base", clm, "--tuned", slm])
+    assert err.value.code == 2 and "missing: N-best input not found" in capsys.readouterr().err
