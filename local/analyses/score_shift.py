@@ -16,6 +16,7 @@ import argparse
 import numpy as np
 
 from slm_lm.common.errors import InputError, fail
+from slm_lm.common.options import number
 from slm_lm.rescoring.inputs import load_nbest_sets, normalized_sets
 from slm_lm.rescoring.scored_set import build_scored_set
 from slm_lm.scoring.cache import lm_scores
@@ -40,15 +41,17 @@ def shift(base: np.ndarray, tuned: np.ndarray, errors: np.ndarray, n_words: np.n
     (per_error, per_word), *_ = np.linalg.lstsq(design, change[real], rcond=None)
     spread = [float(np.mean([row[r].std() for row, r in zip(scores, real)])) for scores in (base, tuned)]
     return {"lists": int(keep.sum()), "mean_change": float((tuned - base)[real].mean()),
-            "change_spread": float(change[real].std()), "per_error": float(per_error), "per_word": float(per_word),
-            "base_spread": spread[0], "tuned_spread": spread[1]}
+            "change_spread": float(change[real].std()), "per_error": float(per_error),
+            "per_word": float(per_word), "base_spread": spread[0], "tuned_spread": spread[1]}
 
 
 def main(argv=None) -> None:
+    """Entry point: print the table of `shift` for each tuned model on each set."""
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--set", action="append", required=True, help="an N-best input slm-rescore reads (repeatable)")
-    p.add_argument("--ref", action="append", default=[], help="reference files, one per --set in order (-: found with the data)")
-    p.add_argument("--nbest", type=int, default=None, help="use ranks 1..N (default: all)")
+    p.add_argument("--ref", action="append", default=[],
+                   help="reference files, one per --set in order (-: found with the data)")
+    p.add_argument("--nbest", type=number(int, 1), default=None, help="use ranks 1..N (default: all)")
     p.add_argument("--base", required=True, help="the model before fine-tuning (a shipped name or a directory)")
     p.add_argument("--tuned", action="append", required=True, help="a fine-tuned model (repeatable)")
     p.add_argument("--cache", default=None, help="LM score cache directory, as slm-rescore's --cache")
@@ -65,10 +68,13 @@ def main(argv=None) -> None:
     for nbest in sets:
         base = build_scored_set(nbest, [tables[args.base]])
         real = np.isfinite(base.am)
+        if not (real.sum(1) >= 2).any():
+            fail(PROG, InputError(f"{nbest.source}: no list of two hypotheses or more"))
         for spec in args.tuned:
             s = shift(base.lm[0], build_scored_set(nbest, [tables[spec]]).lm[0], base.errors, base.n_words, real)
             print(f"| {nbest.name} | {spec} | {s['lists']} | {s['mean_change']:+.3f} | {s['change_spread']:.3f} | "
-                  f"{s['per_error']:+.3f} | {s['per_word']:+.3f} | {s['base_spread']:.3f} → {s['tuned_spread']:.3f} |")
+                  f"{s['per_error']:+.3f} | {s['per_word']:+.3f} | "
+                  f"{s['base_spread']:.3f} → {s['tuned_spread']:.3f} |")
 
 
 if __name__ == "__main__":

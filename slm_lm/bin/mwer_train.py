@@ -136,8 +136,8 @@ def main(argv=None) -> None:
         fail(COMMAND, err)
     best = card["best"]
     print(f"stopped: {card['stopped']} after {card['updates']} updates; best held-out WER {best['heldout_wer']:.3f} "
-          f"(lambda {best['heldout_lambda']:g}, word bonus {best.get('heldout_beta', 0):g}) at update {best['updates']}; "
-          f"loss lambda {card['loss']['lambda']:g}")
+          f"(lambda {best['heldout_lambda']:g}, word bonus {best.get('heldout_beta', 0):g}) at update "
+          f"{best['updates']}; loss lambda {card['loss']['lambda']:g}")
     print(f"wrote {args.out}/model, {args.out}/curve.tsv")
     if rescored is not None:
         result, reports = rescored

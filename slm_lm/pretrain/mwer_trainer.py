@@ -2,12 +2,13 @@
 held-out split, the training loop, its checkpoint, curve and card, and the rescoring that follows.
 
 The training sets' utterances are split by speaker (the id up to its first ``-``, as LibriSpeech's
-``spk-chapter-utt``): a seeded ``held_out`` share of the speakers is never trained on. At every validation
-the held-out lists are rescored with the current weights: their WER at the lambda (and word bonus, from
-``beta_grid``) tuned on them and at the loss's lambda form the curve; the model with the lowest held-out WER is exported to ``out_dir``/model/
-(early stopping: ``patience`` validations without a better one end the run). Without ``lam`` the loss's
-lambda is the one tuned on the held-out lists with the starting model. Test sets, if any, are then rescored
-by :func:`slm_lm.rescoring.rescore.rescore` with every weight tuned on the held-out lists only (``out_dir``/rescore/).
+``spk-chapter-utt``): a seeded ``held_out`` share of the speakers is never trained on. At every validation the
+held-out lists are rescored with the current weights: their WER at the lambda (and word bonus, from ``beta_grid``)
+tuned on them and at the loss's lambda form the curve; the model with the lowest held-out WER is exported to
+``out_dir``/model/ (early stopping: ``patience`` validations without a better one end the run). Without ``lam`` the
+loss's lambda is the one tuned on the held-out lists with the starting model. Test sets, if any, are then rescored
+by :func:`slm_lm.rescoring.rescore.rescore` with every weight tuned on the held-out lists only
+(``out_dir``/rescore/).
 
 ``out_dir`` holds checkpoint.pt (the model, the optimizer, the loop state, every random-number state; a run
 killed at any moment resumes from its last validation to the very weights of an unbroken run), curve.tsv,
@@ -80,8 +81,8 @@ class MwerSettings:
     trainable: str = "all"  # one of TRAINABLE
 
     def identity(self) -> dict:
-        """What a checkpoint must share with the run that resumes it (all but where it runs; no word bonus is
-        left out, as checkpoints written before there was one have it)."""
+        """What a checkpoint must share with the run that resumes it: all but where it runs, and the word-bonus
+        grid when it is the default (no bonus), so that checkpoints written before the option existed resume."""
         return {k: v for k, v in asdict(self).items()
                 if k not in ("out_dir", "device") and not (k == "beta_grid" and v == [0.0])}
 
