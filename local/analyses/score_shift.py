@@ -58,23 +58,27 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     try:
         sets = normalized_sets(load_nbest_sets(args.set, args.ref, "--set", args.nbest))
+        for nbest in sets:
+            if all(len(hyps) < 2 for hyps in nbest.hyps.values()):
+                raise InputError(f"{nbest.source}: no list of two hypotheses or more")
         texts = sorted({h.text for s in sets for hyps in s.hyps.values() for h in hyps})
-        tables = {spec: lm_scores(load_scorer(spec), texts, args.cache) for spec in [args.base] + args.tuned}
+        specs = dict.fromkeys([args.base] + args.tuned)  # each model scored once
+        tables = {spec: lm_scores(load_scorer(spec), texts, args.cache) for spec in specs}
     except (InputError, OSError) as err:
         fail(PROG, err)
-    print("| set | tuned model | lists | mean change | spread of the change | per word error | per word | "
-          "score spread, base → tuned |")
-    print("|---|---|---:|---:|---:|---:|---:|---|")
+    rows = []
     for nbest in sets:
         base = build_scored_set(nbest, [tables[args.base]])
         real = np.isfinite(base.am)
-        if not (real.sum(1) >= 2).any():
-            fail(PROG, InputError(f"{nbest.source}: no list of two hypotheses or more"))
         for spec in args.tuned:
             s = shift(base.lm[0], build_scored_set(nbest, [tables[spec]]).lm[0], base.errors, base.n_words, real)
-            print(f"| {nbest.name} | {spec} | {s['lists']} | {s['mean_change']:+.3f} | {s['change_spread']:.3f} | "
-                  f"{s['per_error']:+.3f} | {s['per_word']:+.3f} | "
-                  f"{s['base_spread']:.3f} → {s['tuned_spread']:.3f} |")
+            rows.append(f"| {nbest.name} | {spec} | {s['lists']} | {s['mean_change']:+.3f} | "
+                        f"{s['change_spread']:.3f} | {s['per_error']:+.3f} | {s['per_word']:+.3f} | "
+                        f"{s['base_spread']:.3f} → {s['tuned_spread']:.3f} |")
+    print("| set | tuned model | lists | mean change | spread of the change | per word error | per word | "
+          "score spread, base → tuned |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    print("\n".join(rows))
 
 
 if __name__ == "__main__":
