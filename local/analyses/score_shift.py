@@ -68,10 +68,10 @@ def main(argv=None) -> None:
         fail(PROG, err)
     rows = []
     for nbest in sets:
-        base = build_scored_set(nbest, [tables[args.base]])
-        real = np.isfinite(base.am)
-        for spec in args.tuned:
-            s = shift(base.lm[0], build_scored_set(nbest, [tables[spec]]).lm[0], base.errors, base.n_words, real)
+        scored = build_scored_set(nbest, [tables[spec] for spec in [args.base] + args.tuned])  # errors counted once
+        real = np.isfinite(scored.am)
+        for k, spec in enumerate(args.tuned, start=1):
+            s = shift(scored.lm[0], scored.lm[k], scored.errors, scored.n_words, real)
             rows.append(f"| {nbest.name} | {spec} | {s['lists']} | {s['mean_change']:+.3f} | "
                         f"{s['change_spread']:.3f} | {s['per_error']:+.3f} | {s['per_word']:+.3f} | "
                         f"{s['base_spread']:.3f} → {s['tuned_spread']:.3f} |")
