@@ -132,6 +132,24 @@ def test_average_models_averages_the_weights_of_models_of_one_kind_and_shape(tok
     assert not (tmp_path / "bad").exists()
 
 
+def test_average_models_takes_a_shipped_name_and_records_it_as_given(tmp_path):
+    """A fine-tuned model averaged with its shipped start: the name is resolved as every command resolves it,
+    the card names it as given and keeps the shipped model's own card."""
+    model, tokenizer, options = model_dir.load_model("slm-books")
+    model.load_state_dict({k: v + 1 if v.is_floating_point() else v for k, v in model.state_dict().items()})
+    tuned, out = tmp_path / "tuned", tmp_path / "half"
+    model_dir.export(tuned, model, tokenizer, options, {"seed": 1})
+    average_cli.main(["--model", "slm-books", "--model", str(tuned), "--out", str(out)])
+    shipped = model_dir.resolve("slm-books")
+    start, mean = (load_file(str(m / model_dir.SAFETENSORS_FILE)) for m in (shipped, out))
+    assert set(mean) == set(start)
+    for k in start:
+        assert torch.allclose(mean[k].float(), start[k].float() + 0.5, atol=1e-2), k
+    card = json.loads((out / model_dir.TRAINING_FILE).read_text())
+    assert card["averaged_from"] == ["slm-books", str(tuned)]
+    assert card["cards"] == [read_json(shipped / model_dir.TRAINING_FILE), {"seed": 1}]
+
+
 @pytest.mark.parametrize("module", ["slm_lm.bin.average_models", "slm_lm.bin.model_card"])
 def test_model_directory_commands_run_as_modules(module):
     result = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, check=True)

@@ -1,13 +1,16 @@
 """slm-average-models: average the weights of saved models of one kind and shape (a "model soup"), e.g. runs
-continued from the same start with other seeds: one model that scores at the cost of one.
+continued from the same start with other seeds, or a fine-tuned model and its start: one model that scores at
+the cost of one.
 
   slm-average-models --model exp/pretrain/seed4/slm/model --model exp/pretrain/words280/slm/model \\
       --out exp/pretrain/soup/slm
+  slm-average-models --model slm-books --model exp/mwer/slm_clean/model --out exp/mwer/slm_clean_half
 
-The models must have the same config (kind, shape) and tokenizer; the first one's config (with its scoring
-defaults) and tokenizer are kept. Weights are averaged in float32 and saved in fp16. OUT/training.json
-records the models and their training cards. OUT is new or an earlier average (a model directory of
-another command is refused); its files are written in a temporary directory and moved into place at once.
+A model is a directory or a shipped name (a directory wins). The models must have the same config (kind,
+shape) and tokenizer; the first one's config (with its scoring defaults) and tokenizer are kept. Weights are
+averaged in float32 and saved in fp16. OUT/training.json records the models as given and their training
+cards. OUT is new or an earlier average (a model directory of another command is refused); its files are
+written in a temporary directory and moved into place at once.
 """
 import argparse
 from pathlib import Path
@@ -38,7 +41,7 @@ def average_models(models: list, out) -> dict:
 
     if len(models) < 2:
         raise InputError(f"give at least two models to average, got {len(models)}")
-    models, out = [Path(m) for m in models], Path(out)
+    specs, models, out = [str(m) for m in models], [model_dir.resolve(m) for m in models], Path(out)
     check_no_overlap("--out", out, models)
     names = (model_dir.SAFETENSORS_FILE, model_dir.CONFIG_FILE, model_dir.TRAINING_FILE, *model_dir.TOKENIZER_FILES)
     finish_interrupted(out, COMMAND)
@@ -60,7 +63,7 @@ def average_models(models: list, out) -> dict:
             total[k] += v.float()
     model.load_state_dict({k: v / len(models) for k, v in total.items()})
     cards = [directory / model_dir.TRAINING_FILE for directory in models]
-    card = {"averaged_from": [str(m) for m in models],
+    card = {"averaged_from": specs,
             "cards": [read_json(path) if path.exists() else {} for path in cards]}
     with staged_outputs("--out", out, names, own, COMMAND) as staging:
         model_dir.export(staging, model, tokenizer, options, card)
@@ -70,7 +73,7 @@ def average_models(models: list, out) -> dict:
 def main(argv=None):
     parser = Parser(prog=COMMAND, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", action="append", required=True, help="a model directory (repeat, two or more)")
+    parser.add_argument("--model", action="append", required=True, help="a model directory or shipped name (repeat, two or more)")
     parser.add_argument("--out", required=True, help="the averaged model's directory")
     args = parser.parse_args(argv)
     try:
