@@ -73,7 +73,8 @@ def average_models(models: list, out) -> dict:
 def main(argv=None):
     parser = Parser(prog=COMMAND, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", action="append", required=True, help="a model directory or shipped name (repeat, two or more)")
+    parser.add_argument("--model", action="append", required=True,
+                        help="a model directory or shipped name (repeat, two or more)")
     parser.add_argument("--out", required=True, help="the averaged model's directory")
     args = parser.parse_args(argv)
     try:
